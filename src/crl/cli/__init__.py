@@ -1,0 +1,53 @@
+"""The ``crl`` command: a few lines per sub-command over the Python API.
+
+Each sub-command lives in its own module and registers itself on :data:`app` here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from crl import __version__
+
+app = typer.Typer(
+    name="crl",
+    help=(
+        "Contrastive representation learning: losses, negatives as their own axis, "
+        "checkable theory, and studies of how many negatives your data can use."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"crl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    if debug:
+        os.environ["CRL_DEBUG"] = "1"
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `app`.
+    from crl.cli import info as _info  # noqa: F401
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point of the ``crl`` console script."""
+    app()

@@ -1,0 +1,1 @@
+"""crl.data (in progress)."""

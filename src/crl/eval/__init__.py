@@ -1,0 +1,1 @@
+"""crl.eval (in progress)."""

@@ -1,0 +1,1 @@
+"""crl.experiments (in progress)."""

@@ -1,0 +1,1 @@
+"""crl.models (in progress)."""

@@ -1,0 +1,1 @@
+"""crl.negatives (in progress)."""

@@ -1,0 +1,1 @@
+"""crl.theory (in progress)."""

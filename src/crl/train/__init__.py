@@ -1,0 +1,1 @@
+"""crl.train (in progress)."""
