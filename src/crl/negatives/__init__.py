@@ -1,1 +1,19 @@
-"""crl.negatives (in progress)."""
+"""Negatives as their own axis: shared (SSCRL) or independent (SCRL) negative sets of size m.
+
+See THEORY.md section 2 and ``docs/negatives.md``.
+"""
+
+from crl.negatives.config import NegativesConfig, build_negative_sets
+from crl.negatives.permutation import permute, round_keys
+from crl.negatives.sets import REGIMES, NegativeSets, Regime, rows_with_negatives
+
+__all__ = [
+    "REGIMES",
+    "NegativeSets",
+    "NegativesConfig",
+    "Regime",
+    "build_negative_sets",
+    "permute",
+    "round_keys",
+    "rows_with_negatives",
+]
