@@ -4,6 +4,7 @@ Embeddings are used as given (no normalisation inside a loss); ``a[i]`` and ``b[
 positive pair. See ``THEORY.md`` section 1 for the formulas.
 """
 
+from crl.losses.gcl import GlobalContrastiveLoss
 from crl.losses.infonce import clip_loss, contrastive_risk, info_nce
 from crl.losses.kmeans import relaxed_kmeans
 from crl.losses.modules import ClipLoss, InfoNCELoss, SigLipLoss, SupConLoss
@@ -15,6 +16,7 @@ __all__ = [
     "OCE_PHIS",
     "PAIRWISE_LOSSES",
     "ClipLoss",
+    "GlobalContrastiveLoss",
     "InfoNCELoss",
     "SigLipLoss",
     "SupConLoss",

@@ -1,0 +1,290 @@
+"""The global contrastive loss (SogCLR / FastCLIP estimator; THEORY.md section 3).
+
+The mini-batch contrastive risk ``tau log(mean_{j in batch} exp(Delta_ij / tau))`` is biased
+because the batch mean sits inside the log. GCL keeps, per sample and direction, a running
+estimate ``u_i`` of the anchor's full inner mean ``g_i = mean_{j in S_i} exp(Delta_ij / tau)`` and
+differentiates the surrogate ``tau * g_hat_i / u_i`` (``u`` detached), whose gradient
+``tau * grad(g_hat_i) / u_i`` estimates ``grad(tau log g_i)`` with a bias that vanishes as ``u``
+tracks ``g``, whatever the batch size. See ``docs/negatives.md`` for the estimator when the
+number of in-batch negatives varies per anchor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from crl._validation import (
+    check_choice,
+    check_int_range,
+    check_mask,
+    check_pair,
+    check_positive,
+    compute_dtype,
+    describe,
+    upcast,
+)
+from crl.errors import CrlTypeError, CrlValueError
+from crl.losses._common import masked_logsumexp
+
+GammaSchedule = Literal["constant", "cosine"]
+TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
+_WHERE = "GlobalContrastiveLoss"
+
+
+def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
+    """``gamma_e = 0.5 (1 + cos(pi e / E)) (1 - gamma_min) + gamma_min``, and ``gamma_min`` for
+    ``e >= E`` (THEORY.md section 3).
+
+    Example:
+        >>> cosine_gamma(0, 10, 0.2), cosine_gamma(5, 10, 0.2), cosine_gamma(12, 10, 0.2)
+        (1.0, 0.6000000000000001, 0.2)
+    """
+    if epoch >= decay_epochs:
+        return gamma_min
+    return 0.5 * (1.0 + math.cos(math.pi * epoch / decay_epochs)) * (1.0 - gamma_min) + gamma_min
+
+
+class GlobalContrastiveLoss(nn.Module):
+    """GCL with a per-sample, per-direction running estimate of the inner mean (SogCLR/FastCLIP).
+
+    For anchor ``i`` of direction ``a -> b`` (and ``b -> a`` with ``a``, ``b`` swapped) with
+    in-batch negatives ``N_i = {j : negatives_mask[i, j]}``:
+
+    - ``g_hat_i = mean_{j in N_i} exp((s_ij - s_ii) / tau)`` with ``s = a @ b.T``;
+    - ``u_i <- (1 - gamma) u_i + gamma g_hat_i``, or ``u_i <- g_hat_i`` on a first visit or a
+      non-finite ``u_i``; kept as ``log u`` (float64 buffers ``log_u_a2b`` / ``log_u_b2a`` of
+      shape ``(num_samples,)``, NaN before a sample's first visit, saved in ``state_dict``);
+    - loss ``tau * mean_i g_hat_i / u_i`` with ``u`` detached after the update, averaged over the
+      two directions when ``symmetric``.
+
+    Anchors with no in-batch negative contribute nothing and keep their ``u``; the mean runs over
+    the anchors that have one. Because ``log u_i >= log gamma + log g_hat_i`` after the update,
+    ``g_hat_i / u_i <= 1 / gamma``: the loss stays finite at any temperature.
+
+    The negatives mask is indexed by sample: ``negatives_mask[i, j]`` says sample ``j`` is a
+    negative of sample ``i``, and the same mask serves both directions (``b[i]``'s negatives are
+    the ``a[j]`` with ``negatives_mask[i, j]``), as :meth:`crl.negatives.NegativeSets.batch_mask`
+    gives it. (``info_nce(symmetric=True)`` instead transposes the mask for the second direction.)
+
+    Temperature modes (THEORY.md section 3; our reconstruction of FastCLIP-v3 and iSogCLR):
+
+    - ``"fixed"``: ``tau`` is a constant (buffer ``temperature``, 0-dim).
+    - ``"global_learnable"``: ``tau`` is a 0-dim parameter ``temperature``; the objective is
+      ``tau (log g + rho)`` per anchor, whose surrogate value is ``tau (mean_i log u_i + rho)`` and
+      whose gradients are ``tau grad_w(g_hat_i) / u_i`` for the model and
+      ``log u_i + tau (d g_hat_i / d tau) / u_i + rho`` for ``tau`` (FastCLIP-v3).
+    - ``"per_sample"``: one ``tau_i`` per sample and direction (parameter ``temperature`` of
+      shape ``(2, num_samples)``, row 0 for ``a -> b``), same objective per anchor (iSogCLR).
+
+    Learnable temperatures are clamped to ``>= min_temperature`` at every forward pass.
+
+    Args:
+        num_samples: Dataset size ``N``; ``index`` values lie in ``[0, N)``.
+        temperature: Initial (or fixed) ``tau > 0``.
+        gamma: Moving-average weight of the new estimate, in ``(0, 1]`` (``"constant"`` schedule).
+        gamma_schedule: ``"constant"`` or ``"cosine"`` (from 1 to ``gamma_min`` over
+            ``decay_epochs`` epochs, driven by :meth:`set_epoch`).
+        gamma_min: Final gamma of the cosine schedule, in ``(0, 1]``.
+        decay_epochs: Epochs of the cosine decay (required for ``"cosine"``).
+        symmetric: Average the ``a -> b`` and ``b -> a`` directions.
+        temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
+        rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
+        min_temperature: Lower clamp of learnable temperatures.
+
+    Example:
+        >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
+        >>> a = torch.eye(3)
+        >>> float(loss(a, a, torch.tensor([0, 4, 7])))  # first visit: u = g_hat, ratio 1
+        1.0
+        >>> bool(torch.isnan(loss.log_u_a2b[1])), round(float(loss.log_u_a2b[0]), 4)
+        (True, -1.0)
+    """
+
+    log_u_a2b: Tensor
+    log_u_b2a: Tensor
+    epoch: Tensor
+    temperature: Tensor
+
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        temperature: float = 0.07,
+        gamma: float = 0.9,
+        gamma_schedule: GammaSchedule = "constant",
+        gamma_min: float = 0.2,
+        decay_epochs: int | None = None,
+        symmetric: bool = True,
+        temperature_mode: TemperatureMode = "fixed",
+        rho: float = 6.5,
+        min_temperature: float = 1e-3,
+    ) -> None:
+        super().__init__()
+        self.num_samples = check_int_range(_WHERE, "num_samples", num_samples, 1, None)
+        check_positive(_WHERE, "temperature", temperature, allow_tensor=False)
+        check_positive(_WHERE, "min_temperature", min_temperature, allow_tensor=False)
+        for name, value in (("gamma", gamma), ("gamma_min", gamma_min)):
+            check_positive(_WHERE, name, value, allow_tensor=False)
+            if value > 1:
+                raise CrlValueError(f"{_WHERE}: `{name}` must be in (0, 1]; got {value}")
+        self.gamma_schedule = check_choice(_WHERE, "gamma_schedule", gamma_schedule,
+                                           ("constant", "cosine"))
+        if self.gamma_schedule == "cosine":
+            if decay_epochs is None:
+                raise CrlValueError(f"{_WHERE}: `decay_epochs` is required for "
+                                    "gamma_schedule='cosine'; got None")
+            check_int_range(_WHERE, "decay_epochs", decay_epochs, 1, None)
+        self.temperature_mode = check_choice(_WHERE, "temperature_mode", temperature_mode,
+                                             ("fixed", "global_learnable", "per_sample"))
+        if not isinstance(rho, (int, float)) or isinstance(rho, bool) or not math.isfinite(rho):
+            raise CrlTypeError(f"{_WHERE}: `rho` must be a finite number; got {describe(rho)}")
+        if self.temperature_mode != "fixed" and temperature < min_temperature:
+            raise CrlValueError(f"{_WHERE}: `temperature` must be >= min_temperature = "
+                                f"{min_temperature} for a learnable temperature; got {temperature}")
+        self.gamma = float(gamma)
+        self.gamma_min = float(gamma_min)
+        self.decay_epochs = decay_epochs
+        self.symmetric = bool(symmetric)
+        self.rho = float(rho)
+        self.min_temperature = float(min_temperature)
+        nan = torch.full((self.num_samples,), math.nan, dtype=torch.float64)
+        self.register_buffer("log_u_a2b", nan.clone())
+        self.register_buffer("log_u_b2a", nan.clone())
+        self.register_buffer("epoch", torch.tensor(0, dtype=torch.int64))
+        if self.temperature_mode == "fixed":
+            self.register_buffer("temperature", torch.tensor(float(temperature)))
+        elif self.temperature_mode == "global_learnable":
+            self.temperature = nn.Parameter(torch.tensor(float(temperature)))
+        else:
+            self.temperature = nn.Parameter(torch.full((2, self.num_samples), float(temperature)))
+
+    @property
+    def current_gamma(self) -> float:
+        """The gamma used by the next update (from the schedule and :meth:`set_epoch`)."""
+        if self.gamma_schedule == "constant" or self.decay_epochs is None:
+            return self.gamma
+        return cosine_gamma(int(self.epoch), self.decay_epochs, self.gamma_min)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that drives the gamma schedule (stored in ``state_dict``)."""
+        check_int_range(f"{_WHERE}.set_epoch", "epoch", epoch, 0, None)
+        self.epoch.fill_(epoch)
+
+    def reset_state(self) -> None:
+        """Forget every estimate (all samples become unvisited)."""
+        self.log_u_a2b.fill_(math.nan)
+        self.log_u_b2a.fill_(math.nan)
+
+    def extra_repr(self) -> str:
+        return (f"num_samples={self.num_samples}, temperature_mode={self.temperature_mode!r}, "
+                f"gamma={self.gamma}, gamma_schedule={self.gamma_schedule!r}, "
+                f"symmetric={self.symmetric}")
+
+    def _check_index(self, index: object, batch: int) -> Tensor:
+        if not isinstance(index, Tensor):
+            raise CrlTypeError(f"{_WHERE}: `index` must be a torch.Tensor; got {describe(index)}")
+        if index.dtype.is_floating_point or index.dtype == torch.bool or index.is_complex():
+            raise CrlTypeError(f"{_WHERE}: `index` must have an integer dtype; got {index.dtype}")
+        if index.shape != (batch,):
+            raise CrlValueError(f"{_WHERE}: `index` must have shape ({batch},) to match `a`; "
+                                f"got {tuple(index.shape)}")
+        index = index.to(torch.int64)
+        low, high = int(index.min()), int(index.max())
+        if low < 0 or high >= self.num_samples:
+            raise CrlValueError(f"{_WHERE}: `index` must hold dataset indices in "
+                                f"[0, {self.num_samples - 1}]; got values in [{low}, {high}]")
+        if torch.unique(index).numel() != batch:
+            raise CrlValueError(f"{_WHERE}: `index` must not repeat a sample within a batch "
+                                f"(each sample has one u per direction); got {batch} indices "
+                                f"with {batch - torch.unique(index).numel()} duplicate(s)")
+        return index
+
+    def _update(self, state: Tensor, index: Tensor, log_g_hat: Tensor) -> Tensor:
+        """Write the moving average of ``log_g_hat (A,)`` into ``state[index]``; return log u."""
+        idx = index.to(state.device)
+        new_log = log_g_hat.detach().to(torch.float64).to(state.device)
+        gamma = self.current_gamma
+        if gamma < 1.0:
+            old = state[idx].to(torch.float64)
+            mixed = torch.logaddexp(math.log1p(-gamma) + old, math.log(gamma) + new_log)
+            new_log = torch.where(torch.isfinite(old) & torch.isfinite(mixed), mixed, new_log)
+        state[idx] = new_log.to(state.dtype)
+        return new_log.to(device=log_g_hat.device, dtype=log_g_hat.dtype)
+
+    def _direction(self, scores: Tensor, mask: Tensor, index: Tensor, tau: Tensor,
+                   state: Tensor) -> Tensor:
+        """The loss of one direction: rows of ``scores (B, B)`` are anchors, columns candidates;
+        ``tau`` is 0-dim or ``(B,)``."""
+        rows = mask.any(dim=1).nonzero().squeeze(1)  # (A,) anchors with a negative
+        if rows.numel() == 0:
+            # Nothing to estimate; a zero that keeps the graph so backward() still works.
+            return scores.sum() * 0.0 + tau.sum() * 0.0
+        tau_r = tau if tau.dim() == 0 else tau[rows].unsqueeze(1)  # () or (A, 1)
+        s = scores[rows]  # (A, B)
+        positive = s.gather(1, rows.unsqueeze(1))  # (A, 1): s_ii
+        delta = (s - positive) / tau_r  # (A, B)
+        negatives = mask[rows]  # (A, B)
+        count = negatives.sum(dim=1).to(delta.dtype)  # (A,)
+        log_g_hat = masked_logsumexp(delta, negatives, dim=1) - torch.log(count)  # (A,)
+        log_u = self._update(state, index[rows], log_g_hat)  # (A,), detached
+        ratio = torch.exp(log_g_hat - log_u)  # g_hat / u <= 1 / gamma
+        tau_a = tau_r.squeeze(1) if tau_r.dim() else tau_r  # () or (A,)
+        if self.temperature_mode == "fixed":
+            return (tau_a * ratio).mean()
+        # Value tau (log u + rho); gradient tau grad(g_hat)/u (model) and
+        # log u + tau g_hat'/u + rho (temperature), as FastCLIP-v3 / iSogCLR.
+        return (tau_a * (ratio - ratio.detach() + log_u + self.rho)).mean()
+
+    def forward(self, a: Tensor, b: Tensor, index: Tensor,
+                negatives_mask: Tensor | None = None) -> Tensor:
+        """The GCL surrogate of a batch; updates the ``u`` estimates of the batch's samples.
+
+        Args:
+            a: View-a embeddings ``(B, D)`` (the whole, possibly all-gathered, batch).
+            b: View-b embeddings ``(B, D)``; ``b[i]`` is the positive of ``a[i]``.
+            index: ``(B,)`` distinct dataset indices of the samples, in ``[0, num_samples)``.
+            negatives_mask: Optional ``(B, B)`` bool, ``[i, j]`` True where sample ``j`` is a
+                negative of sample ``i`` (both directions; the diagonal is ignored). Default
+                every ``j != i``. Rows may be empty: those anchors are skipped.
+
+        Returns:
+            0-dim tensor (0 with a working graph when no anchor has a negative).
+
+        Raises:
+            CrlValueError / CrlTypeError: on bad shapes, NaN inputs, indices out of range or
+                repeated, or a mask of the wrong shape or dtype.
+        """
+        a, b = check_pair(_WHERE, a, b)
+        dtype = compute_dtype(a, b)
+        a, b = upcast(a, dtype), upcast(b, dtype)
+        batch = a.shape[0]
+        index = self._check_index(index, batch).to(a.device)
+        eye = torch.eye(batch, dtype=torch.bool, device=a.device)
+        if negatives_mask is None:
+            mask = ~eye
+        else:
+            mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (batch, batch),
+                              need_true_per_row=False).to(a.device) & ~eye
+        if self.temperature_mode != "fixed":
+            with torch.no_grad():
+                self.temperature.clamp_(min=self.min_temperature)
+        scores = a @ b.T  # (B, B)
+        taus = [self._tau(0, index, dtype), self._tau(1, index, dtype)]
+        loss = self._direction(scores, mask, index, taus[0], self.log_u_a2b)
+        if self.symmetric:
+            loss = 0.5 * (loss + self._direction(scores.T, mask, index, taus[1], self.log_u_b2a))
+        return loss
+
+    def _tau(self, direction: int, index: Tensor, dtype: torch.dtype) -> Tensor:
+        """The temperature of a direction: 0-dim, or ``(B,)`` in the per-sample mode."""
+        tau = self.temperature
+        if self.temperature_mode == "per_sample":
+            tau = tau[direction][index.to(tau.device)]
+        return tau.to(device=index.device, dtype=dtype)
+
+
+__all__ = ["GammaSchedule", "GlobalContrastiveLoss", "TemperatureMode", "cosine_gamma"]
