@@ -133,7 +133,8 @@ class NegativeSets:
             member = (rank < self.m).unsqueeze(0) & not_self
         else:
             # Anchor i permutes the n - 1 others: j maps to j - [j > i] in range(n - 1).
-            shifted = candidates.unsqueeze(0) - (candidates.unsqueeze(0) > anchors.unsqueeze(1)).long()
+            after = candidates.unsqueeze(0) > anchors.unsqueeze(1)  # (B, K)
+            shifted = candidates.unsqueeze(0) - after.long()
             keys = round_keys(self.seed, anchors)  # (B, R)
             keys = keys.unsqueeze(1).expand(b, k, keys.shape[-1])  # (B, K, R)
             safe = shifted.clamp(min=0, max=self.n - 2)  # the j == i entries are dropped below
@@ -193,7 +194,9 @@ class NegativeSets:
         if self.regime == "shared":
             return permute(ranks, self.n, self._shared_keys, inverse=True).sort().values
         if anchor is None:
-            raise CrlValueError(f"{where}: `anchor` is required for the independent regime; got None")
+            raise CrlValueError(
+                f"{where}: `anchor` is required for the independent regime; got None"
+            )
         check_int_range(where, "anchor", anchor, 0, self.n - 1)
         if self.n == 1:
             return torch.zeros(0, dtype=torch.int64)
@@ -208,7 +211,8 @@ class NegativeSets:
         anchor's set size (``m`` for anchors outside a shared ``S``; labels ignored).
 
         Example:
-            >>> round(NegativeSets(10_000, 100, regime="independent").probability_no_negative(256), 3)
+            >>> sets = NegativeSets(10_000, 100, regime="independent")
+            >>> round(sets.probability_no_negative(batch_size=256), 3)
             0.075
         """
         check_int_range("NegativeSets.probability_no_negative", "batch_size", batch_size, 1,
