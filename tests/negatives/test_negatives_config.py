@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from crl.errors import CrlValueError
-from crl.negatives import NegativeSets, NegativesConfig, build_negative_sets
+from crl.negatives import NegativesConfig, NegativeSets, build_negative_sets
 
 
 def test_default_is_in_batch_and_builds_nothing() -> None:
@@ -40,9 +40,9 @@ def test_exactly_one_size_is_required_and_errors_name_the_field() -> None:
         NegativesConfig(regime="shared", m_fraction=1.5)
     with pytest.raises(ValidationError, match="m"):
         NegativesConfig(regime="shared", m=0)
-    with pytest.raises(ValidationError, match="extra|mm"):
+    with pytest.raises(ValidationError, match=r"mm"):
         NegativesConfig.model_validate({"regime": "shared", "m": 3, "mm": 1})
-    with pytest.raises(CrlValueError, match="negatives.m"):
+    with pytest.raises(CrlValueError, match=r"negatives\.m"):
         build_negative_sets(NegativesConfig(regime="shared", m=51), n=50)
 
 
