@@ -1,1 +1,36 @@
-"""crl.data (in progress)."""
+"""Data sets that yield ``(view_a, view_b, index, label)`` pairs, with deterministic splits.
+
+- ``synthetic``: the closed-form models of THEORY.md section 5.
+- ``digits``: scikit-learn's 8x8 digits with two augmented views (and a long-tailed variant).
+- ``pycode``: docstring-to-code pairs mined from the installed Python sources.
+- ``files``: a user's ``.npz`` or ``.jsonl`` pairs.
+
+Example:
+    >>> splits = load_data(DataConfig(name="digits"))
+    >>> view_a, view_b, index, label = splits.train[0]
+    >>> view_a.shape, splits.info.num_classes
+    (torch.Size([1, 8, 8]), 10)
+"""
+
+from crl.data.base import DataInfo, DataSplits, PairDataset, TensorPairDataset, TextPairDataset
+from crl.data.cache import resolve_cache_dir
+from crl.data.config import DataConfig, DigitsConfig, FilesConfig, PycodeConfig, SyntheticConfig
+from crl.data.digits import AugmentedImageDataset
+from crl.data.load import class_counts, load_data
+
+__all__ = [
+    "AugmentedImageDataset",
+    "DataConfig",
+    "DataInfo",
+    "DataSplits",
+    "DigitsConfig",
+    "FilesConfig",
+    "PairDataset",
+    "PycodeConfig",
+    "SyntheticConfig",
+    "TensorPairDataset",
+    "TextPairDataset",
+    "class_counts",
+    "load_data",
+    "resolve_cache_dir",
+]

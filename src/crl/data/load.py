@@ -1,0 +1,111 @@
+"""``load_data(cfg)``: one entry point for every data set, returning its splits."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from crl.data.base import DataInfo, DataSplits, PairDataset, TensorPairDataset, TextPairDataset
+from crl.data.config import DataConfig
+from crl.data.digits import AugmentedImageDataset, load_digit_images
+from crl.data.files import load_pair_file
+from crl.data.pycode import load_pycode_pairs
+from crl.data.splits import long_tail_subset, split_indices, train_order
+from crl.data.synthetic import sample_synthetic
+from crl.errors import CrlValueError
+
+
+def _splits(full: PairDataset, cfg: DataConfig, info: DataInfo,
+            long_tail: float = 1.0) -> DataSplits:
+    labels = None if full.labels is None else full.labels.numpy()
+    train, val, test = split_indices(len(full), cfg.val_fraction, cfg.test_fraction,
+                                     cfg.split_seed, labels)
+    if long_tail > 1.0:
+        if labels is None:
+            raise CrlValueError("load_data: an imbalance ratio needs labelled data")
+        train = long_tail_subset(train, labels, long_tail, cfg.split_seed)
+    if len(train) == 0:
+        raise CrlValueError(
+            f"load_data: the training split of {info.name!r} is empty ({len(full)} pairs, "
+            f"val_fraction={cfg.val_fraction}, test_fraction={cfg.test_fraction})"
+        )
+    train = train_order(train, cfg.seed, cfg.num_train)
+    return DataSplits(full.subset(train), full.subset(val), full.subset(test), info)
+
+
+def _num_classes(labels: torch.Tensor | None) -> int | None:
+    return None if labels is None else int(labels.max()) + 1
+
+
+def load_data(cfg: DataConfig, *, progress: bool = True) -> DataSplits:
+    """Load the data set of ``cfg`` and split it into train/val/test.
+
+    Splits are disjoint and depend only on ``cfg.split_seed`` (stratified by class for labelled
+    data); the training split is ordered by ``cfg.seed`` and cut to ``cfg.num_train``.
+
+    Args:
+        cfg: The data section of a run config.
+        progress: Show a progress bar while mining ``pycode`` (the first time only; then cached).
+
+    Returns:
+        The splits and a :class:`DataInfo`.
+
+    Raises:
+        CrlValueError: for a missing or malformed file, an empty root or too few pairs.
+        FileNotFoundError: if ``cfg.files.path`` does not exist.
+
+    Example:
+        >>> splits = load_data(DataConfig(name="synthetic", num_train=100))
+        >>> len(splits.train), len(splits.val), len(splits.test), splits.info.dim_a
+        (100, 410, 819, 2)
+    """
+    if cfg.name == "synthetic":
+        a, b, labels = sample_synthetic(cfg.synthetic, cfg.split_seed)
+        info = DataInfo("vector", a.shape[1], b.shape[1], None, _num_classes(labels), "synthetic",
+                        {"model": cfg.synthetic.model_dump(), "seed": cfg.split_seed})
+        return _splits(TensorPairDataset(a, b, labels), cfg, info)
+    if cfg.name == "digits":
+        images, digit_labels = load_digit_images()
+        info = DataInfo("image", None, None, tuple(images.shape[1:]), 10, "digits",
+                        {"source": "sklearn.datasets.load_digits",
+                         "imbalance_ratio": cfg.digits.imbalance_ratio})
+        full = AugmentedImageDataset(images, digit_labels, cfg.digits, cfg.seed)
+        return _splits(full, cfg, info, cfg.digits.imbalance_ratio)
+    if cfg.name == "pycode":
+        mined = load_pycode_pairs(cfg.pycode, progress=progress)
+        if len(mined.pairs) < 2:
+            raise CrlValueError(
+                f"pycode: found {len(mined.pairs)} docstring-code pair(s) under "
+                f"{list(mined.provenance['roots'].values())}; need at least 2"
+            )
+        text = TextPairDataset([p.doc for p in mined.pairs], [p.code for p in mined.pairs])
+        info = DataInfo("text", None, None, None, None, "pycode", mined.provenance)
+        return _splits(text, cfg, info)
+    if cfg.files.path is None:
+        raise CrlValueError("load_data: data `files` needs `files.path` (a .npz or .jsonl file)")
+    dataset, provenance = load_pair_file(cfg.files.path)
+    if isinstance(dataset, TensorPairDataset):
+        info = DataInfo("vector", int(dataset.a.shape[1]), int(dataset.b.shape[1]), None,
+                        _num_classes(dataset.labels), "files", provenance)
+    else:
+        info = DataInfo("text", None, None, None, _num_classes(dataset.labels), "files",
+                        provenance)
+    if dataset.labels is not None and int(dataset.labels.min()) < 0:
+        raise CrlValueError(
+            f"files: labels must be non-negative class ids; got {int(dataset.labels.min())}"
+        )
+    return _splits(dataset, cfg, info)
+
+
+def class_counts(dataset: PairDataset) -> np.ndarray:
+    """Number of items per class (index = label) of a labelled data set.
+
+    Example:
+        >>> splits = load_data(DataConfig(name="digits", digits={"imbalance_ratio": 10}))
+        >>> counts = class_counts(splits.train)
+        >>> int(counts[0]) // int(counts[-1])
+        10
+    """
+    if dataset.labels is None:
+        raise CrlValueError("class_counts: the data set has no labels")
+    return np.bincount(dataset.labels.numpy())

@@ -1,0 +1,357 @@
+"""Docstring-to-code pairs mined from the Python sources installed on this machine.
+
+View a is the first paragraph of a function's docstring, view b the function's code without its
+docstring (from the ``def`` line, decorators excluded, cut to ``max_code_chars``). Pairs are mined
+with :mod:`ast` in a deterministic order (root, path, line), deduplicated by content (a pair whose
+docstring, compared case-insensitively, or whose code was already seen is dropped, so no docstring
+can land in two splits), and cached on disk with the roots, package versions and a fingerprint
+of the sources they came from; a cache whose record differs is rebuilt.
+
+Dropped as trivial: first paragraphs with fewer than ``min_doc_words`` words or starting with
+"TODO", "FIXME", "XXX", "Alias for", "See ", "Same as" or "Deprecated", and functions whose body
+is only the docstring, ``pass``, ``...`` or ``raise NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import sysconfig
+import textwrap
+import time
+import tokenize
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crl.data.cache import resolve_cache_dir
+from crl.data.config import PycodeConfig
+from crl.errors import CrlValueError
+
+#: Bump when the mining rules change, so old caches are rebuilt.
+FORMAT_VERSION = 1
+
+#: Import name -> distribution name of the packages mined by default (crl's own dependencies).
+DEFAULT_PACKAGES = {"torch": "torch", "numpy": "numpy", "scipy": "scipy",
+                    "sklearn": "scikit-learn"}
+
+_SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages"}
+_TEST_DIRS = {"test", "tests", "idle_test"}
+_TRIVIAL_PREFIXES = ("todo", "fixme", "xxx", "alias for", "see ", "same as", "deprecated")
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+@dataclass(frozen=True)
+class CodePair:
+    """One mined pair: ``doc`` (view a), ``code`` (view b) and ``source`` (``root/path:line``)."""
+
+    doc: str
+    code: str
+    source: str
+
+
+@dataclass
+class MinedPairs:
+    """The mined pairs, in deterministic order, and where they came from."""
+
+    pairs: list[CodePair]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def default_roots() -> list[tuple[str, Path]]:
+    """``(label, directory)`` of the standard library and the installed torch, numpy, scipy and
+    scikit-learn packages (located without importing them; missing ones are left out)."""
+    roots = [("stdlib", Path(sysconfig.get_paths()["stdlib"]))]
+    for module in DEFAULT_PACKAGES:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations:
+            roots.append((module, Path(next(iter(spec.submodule_search_locations)))))
+    return roots
+
+
+def _versions(labels: list[str]) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for label in labels:
+        if label in DEFAULT_PACKAGES:
+            try:
+                versions[label] = importlib.metadata.version(DEFAULT_PACKAGES[label])
+            except importlib.metadata.PackageNotFoundError:
+                versions[label] = None
+    return versions
+
+
+def python_files(root: Path, include_tests: bool = False) -> Iterator[Path]:
+    """The ``.py`` files under ``root`` in sorted order, skipping caches, nested site-packages,
+    hidden directories and (unless ``include_tests``) test directories and ``test_*.py`` files."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if d not in _SKIP_DIRS and not d.startswith(".")
+            and (include_tests or d not in _TEST_DIRS)
+        )
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            if not include_tests and (name.startswith("test_") or name.endswith("_test.py")
+                                      or name == "conftest.py"):
+                continue
+            yield Path(dirpath) / name
+
+
+def first_paragraph(docstring: str) -> str:
+    """The first paragraph of a (cleaned) docstring on one line, whitespace collapsed.
+
+    Example:
+        >>> first_paragraph("Add two\\n  numbers.\\n\\nMore text.")
+        'Add two numbers.'
+    """
+    return " ".join(_PARAGRAPH_BREAK.split(docstring.strip(), maxsplit=1)[0].split())
+
+
+def is_trivial_doc(text: str, min_words: int = 3) -> bool:
+    """True for first paragraphs that say nothing about the code (see the module docstring).
+
+    Example:
+        >>> is_trivial_doc("TODO: write this"), is_trivial_doc("Return the sum of x and y.")
+        (True, False)
+    """
+    return len(text.split()) < min_words or text.lower().startswith(_TRIVIAL_PREFIXES)
+
+
+def _is_stub(body: list[ast.stmt]) -> bool:
+    if not body:
+        return True
+    if len(body) > 1:
+        return False
+    stmt = body[0]
+    if isinstance(stmt, ast.Pass):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return True
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False
+
+
+def _code_without_docstring(node: ast.FunctionDef | ast.AsyncFunctionDef,
+                            lines: list[str]) -> str:
+    doc = node.body[0]
+    end = node.end_lineno or node.lineno
+    before = lines[doc.lineno - 1][:doc.col_offset]
+    after = lines[(doc.end_lineno or doc.lineno) - 1][doc.end_col_offset or 0:]
+    if doc.lineno > node.lineno and not before.strip() and not after.strip():
+        kept = lines[node.lineno - 1:doc.lineno - 1] + lines[(doc.end_lineno or doc.lineno):end]
+        return textwrap.dedent("\n".join(kept)).strip("\n")
+    # Docstring on the def line or sharing a line with code: rebuild the function from the AST.
+    clone = copy.copy(node)
+    clone.body = node.body[1:]
+    clone.decorator_list = []
+    return ast.unparse(clone)
+
+
+def extract_pairs(source: str, where: str, *, min_doc_words: int = 3,
+                  max_code_chars: int = 2000) -> list[CodePair]:
+    """The (docstring, code) pairs of every function and method in ``source``, in line order.
+
+    Args:
+        source: Python source text.
+        where: Label of the file, used in ``CodePair.source``.
+        min_doc_words: Shorter first paragraphs are dropped as trivial.
+        max_code_chars: Code is cut to this many characters.
+
+    Raises:
+        SyntaxError, ValueError: if ``source`` does not parse.
+
+    Example:
+        >>> doc = '    \"\"\"Add two numbers.\\n\\n    Long text.\"\"\"\\n'
+        >>> src = 'def add(x, y):\\n' + doc + '    return x + y\\n'
+        >>> pair = extract_pairs(src, "m.py")[0]
+        >>> pair.doc, pair.code, pair.source
+        ('Add two numbers.', 'def add(x, y):\\n    return x + y', 'm.py:1')
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = ast.parse(source)
+    lines = source.splitlines()
+    pairs = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        docstring = ast.get_docstring(node, clean=True)
+        if not docstring or _is_stub(node.body[1:]):
+            continue
+        doc = first_paragraph(docstring)
+        if is_trivial_doc(doc, min_doc_words):
+            continue
+        code = _code_without_docstring(node, lines)[:max_code_chars]
+        pairs.append((node.lineno, CodePair(doc, code, f"{where}:{node.lineno}")))
+    pairs.sort(key=lambda item: item[0])
+    return [pair for _, pair in pairs]
+
+
+def _read_source(path: Path) -> str:
+    with tokenize.open(path) as f:  # honours PEP 263 encoding declarations
+        return f.read()
+
+
+def _fingerprint(files: list[Path]) -> dict[str, int]:
+    size = mtime = 0
+    for path in files:
+        st = path.stat()
+        size += st.st_size
+        mtime = max(mtime, st.st_mtime_ns)
+    return {"files": len(files), "bytes": size, "max_mtime_ns": mtime}
+
+
+def _list_roots(roots: list[tuple[str, Path]], include_tests: bool) -> list[list[Path]]:
+    listed = []
+    for label, root in roots:
+        if not root.is_dir():
+            raise CrlValueError(f"pycode: root {str(root)!r} ({label}) is not a directory")
+        files = list(python_files(root, include_tests))
+        if not files:
+            raise CrlValueError(
+                f"pycode: root {str(root)!r} ({label}) holds no Python (.py) files"
+                + ("" if include_tests else " outside test directories")
+            )
+        listed.append(files)
+    return listed
+
+
+def mine_pairs(roots: list[tuple[str, Path]], *, include_tests: bool = False,
+               min_doc_words: int = 3, max_code_chars: int = 2000,
+               progress: bool = False) -> MinedPairs:
+    """Mine and deduplicate the pairs of every ``.py`` file under ``roots`` (no cache).
+
+    Unreadable or unparsable files are skipped and counted in ``provenance["skipped_files"]``.
+
+    Args:
+        roots: ``(label, directory)`` pairs; the label prefixes each pair's ``source``.
+        include_tests, min_doc_words, max_code_chars: As in :class:`PycodeConfig`.
+        progress: Show a progress bar over files.
+
+    Raises:
+        CrlValueError: if a root is not a directory or holds no Python files.
+    """
+    start = time.perf_counter()
+    listed = _list_roots(roots, include_tests)
+    total = sum(len(files) for files in listed)
+    seen_docs: set[str] = set()
+    seen_code: set[str] = set()
+    kept: list[CodePair] = []
+    found = skipped = 0
+    from rich.progress import Progress
+
+    with Progress(transient=True, disable=not progress) as bar:
+        task = bar.add_task("mining docstring-code pairs", total=total)
+        for (label, root), files in zip(roots, listed, strict=True):
+            for path in files:
+                bar.advance(task)
+                where = f"{label}/{path.relative_to(root).as_posix()}"
+                try:
+                    pairs = extract_pairs(_read_source(path), where, min_doc_words=min_doc_words,
+                                          max_code_chars=max_code_chars)
+                except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+                    skipped += 1
+                    continue
+                found += len(pairs)
+                for pair in pairs:
+                    doc_key = pair.doc.lower()
+                    if doc_key in seen_docs or pair.code in seen_code:
+                        continue
+                    seen_docs.add(doc_key)
+                    seen_code.add(pair.code)
+                    kept.append(pair)
+    provenance = {
+        "format": FORMAT_VERSION,
+        "roots": {label: str(root) for label, root in roots},
+        "versions": _versions([label for label, _ in roots]),
+        "fingerprint": _fingerprint([p for files in listed for p in files]),
+        "options": {"include_tests": include_tests, "min_doc_words": min_doc_words,
+                    "max_code_chars": max_code_chars},
+        "files": total,
+        "skipped_files": skipped,
+        "pairs_before_dedup": found,
+        "pairs": len(kept),
+        "mining_seconds": round(time.perf_counter() - start, 2),
+    }
+    return MinedPairs(kept, provenance)
+
+
+def _resolve_roots(cfg: PycodeConfig) -> list[tuple[str, Path]]:
+    if cfg.roots is None:
+        return default_roots()
+    if not cfg.roots:
+        raise CrlValueError("pycode: `roots` must list at least one directory; got []")
+    return [(str(Path(r).expanduser().resolve()), Path(r).expanduser().resolve())
+            for r in cfg.roots]
+
+
+def _cache_file(cfg: PycodeConfig, roots: list[tuple[str, Path]]) -> Path:
+    key = json.dumps({"format": FORMAT_VERSION, "roots": [[lbl, str(p)] for lbl, p in roots],
+                      "include_tests": cfg.include_tests, "min_doc_words": cfg.min_doc_words,
+                      "max_code_chars": cfg.max_code_chars}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return resolve_cache_dir(cfg.cache_dir) / "pycode" / f"pairs-{digest}.jsonl"
+
+
+def _read_cache(path: Path, expected: dict[str, Any]) -> MinedPairs | None:
+    try:
+        with path.open(encoding="utf-8") as f:
+            header = json.loads(f.readline())
+            if any(header.get(k) != v for k, v in expected.items()):
+                return None
+            pairs = [CodePair(**json.loads(line)) for line in f]
+    except (OSError, ValueError, TypeError):
+        return None
+    if len(pairs) != header.get("pairs"):
+        return None  # a truncated file
+    return MinedPairs(pairs, header)
+
+
+def load_pycode_pairs(cfg: PycodeConfig, progress: bool = True) -> MinedPairs:
+    """The mined pairs for ``cfg``, from the cache when it matches, else mined and cached.
+
+    The cache (``<cache_dir>/pycode/pairs-<hash of the options>.jsonl``: a header line with the
+    provenance, then one pair per line) is used only when its recorded format, roots, package
+    versions, options and source fingerprint (file count, total size, newest mtime) all match.
+
+    Raises:
+        CrlValueError: if a root is not a directory or holds no Python files.
+    """
+    roots = _resolve_roots(cfg)
+    listed = _list_roots(roots, cfg.include_tests)
+    expected = {
+        "format": FORMAT_VERSION,
+        "roots": {label: str(root) for label, root in roots},
+        "versions": _versions([label for label, _ in roots]),
+        "fingerprint": _fingerprint([p for files in listed for p in files]),
+        "options": {"include_tests": cfg.include_tests, "min_doc_words": cfg.min_doc_words,
+                    "max_code_chars": cfg.max_code_chars},
+    }
+    path = _cache_file(cfg, roots)
+    cached = _read_cache(path, expected) if path.is_file() else None
+    if cached is not None:
+        cached.provenance["cache"] = str(path)
+        return cached
+    mined = mine_pairs(roots, include_tests=cfg.include_tests, min_doc_words=cfg.min_doc_words,
+                       max_code_chars=cfg.max_code_chars, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(json.dumps(mined.provenance) + "\n")
+        for pair in mined.pairs:
+            f.write(json.dumps({"doc": pair.doc, "code": pair.code, "source": pair.source}) + "\n")
+    os.replace(tmp, path)
+    mined.provenance["cache"] = str(path)
+    return mined
