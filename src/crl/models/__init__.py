@@ -1,1 +1,30 @@
-"""crl.models (in progress)."""
+"""Encoders: linear, MLP and small-CNN towers, projection heads, text towers (frozen MiniLM
+features or a bag of tokens trained from scratch) and the ``DualEncoder`` that pairs them.
+
+Example:
+    >>> import torch
+    >>> from crl.data import DataInfo
+    >>> info = DataInfo("vector", 2, 3, None, None, "toy")
+    >>> model = build_model(ModelConfig(kind="linear", embed_dim=4), info)
+    >>> za, zb = model(torch.randn(5, 2), torch.randn(5, 3))
+    >>> za.shape, zb.shape, model.shared
+    (torch.Size([5, 4]), torch.Size([5, 4]), False)
+"""
+
+from crl.models.build import build_model, resolve_kind
+from crl.models.config import ModelConfig
+from crl.models.dual import DualEncoder
+from crl.models.text import FrozenTextEncoder
+from crl.models.towers import SmallCNN, Tower, mlp, projection_head
+
+__all__ = [
+    "DualEncoder",
+    "FrozenTextEncoder",
+    "ModelConfig",
+    "SmallCNN",
+    "Tower",
+    "build_model",
+    "mlp",
+    "projection_head",
+    "resolve_kind",
+]

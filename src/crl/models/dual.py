@@ -1,0 +1,119 @@
+"""``DualEncoder``: two towers (or one shared tower) and a learnable ``logit_scale``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from crl.data.base import PairDataset, TensorPairDataset
+from crl.errors import CrlValueError
+from crl.models.towers import Tower
+
+#: Turns texts into the tensors a text tower takes (MiniLM features, or token ids).
+TextFeaturizer = Callable[[Sequence[str]], Tensor]
+
+
+class DualEncoder(nn.Module):
+    """CLIP-style dual encoder: ``za = f(x)``, ``zb = g(y)``, scores ``exp(logit_scale) za.zb``.
+
+    Pass the same module as both towers for SimCLR-style training with one shared tower (its
+    parameters are then counted once by ``parameters()``).
+
+    Args:
+        tower_a: Encoder of view a, ``(B, ...) -> (B, D)``.
+        tower_b: Encoder of view b, ``(B, ...) -> (B, D)`` (may be ``tower_a``).
+        normalize: L2-normalise the outputs.
+        init_logit_scale: Initial ``log(1/tau)`` (CLIP: ``log(1/0.07)``, THEORY.md section 1).
+        learn_logit_scale: If False, ``logit_scale`` does not require grad.
+        max_logit_scale: ``clamp_logit_scale_`` keeps ``exp(logit_scale) <= max_logit_scale``.
+        text_featurizer: For text towers, maps texts to tensors in ``prepare``.
+
+    Example:
+        >>> model = DualEncoder(nn.Linear(3, 4), nn.Linear(5, 4))
+        >>> za, zb = model(torch.randn(2, 3), torch.randn(2, 5))
+        >>> za.shape, [round(float(v), 4) for v in zb.detach().norm(dim=1)]
+        (torch.Size([2, 4]), [1.0, 1.0])
+    """
+
+    def __init__(self, tower_a: nn.Module, tower_b: nn.Module, *, normalize: bool = True,
+                 init_logit_scale: float = math.log(1 / 0.07), learn_logit_scale: bool = True,
+                 max_logit_scale: float = 100.0,
+                 text_featurizer: TextFeaturizer | None = None) -> None:
+        super().__init__()
+        if not math.isfinite(init_logit_scale):
+            raise CrlValueError(
+                f"DualEncoder: `init_logit_scale` must be finite; got {init_logit_scale}"
+            )
+        if not max_logit_scale > 0:
+            raise CrlValueError(
+                f"DualEncoder: `max_logit_scale` must be positive; got {max_logit_scale}"
+            )
+        self.tower_a = tower_a
+        self.tower_b = tower_b
+        self.normalize = normalize
+        self.max_logit_scale = max_logit_scale
+        self.logit_scale = nn.Parameter(torch.tensor(float(init_logit_scale)),
+                                        requires_grad=learn_logit_scale)
+        self.text_featurizer = text_featurizer
+
+    @property
+    def shared(self) -> bool:
+        """True when both views go through the same tower."""
+        return self.tower_a is self.tower_b
+
+    def _finish(self, z: Tensor) -> Tensor:
+        return F.normalize(z, dim=-1) if self.normalize else z
+
+    def encode_a(self, x: Tensor) -> Tensor:
+        """Embeddings of view-a inputs: ``(B, ...) -> (B, D)``."""
+        return self._finish(self.tower_a(x))
+
+    def encode_b(self, y: Tensor) -> Tensor:
+        """Embeddings of view-b inputs: ``(B, ...) -> (B, D)``."""
+        return self._finish(self.tower_b(y))
+
+    def represent_a(self, x: Tensor) -> Tensor:
+        """View-a features before the projection head (for probes): ``(B, ...) -> (B, R)``."""
+        tower = self.tower_a
+        out: Tensor = tower.represent(x) if isinstance(tower, Tower) else tower(x)
+        return out
+
+    def represent_b(self, y: Tensor) -> Tensor:
+        """View-b features before the projection head: ``(B, ...) -> (B, R)``."""
+        tower = self.tower_b
+        out: Tensor = tower.represent(y) if isinstance(tower, Tower) else tower(y)
+        return out
+
+    def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """``(za, zb)``, each ``(B, D)``."""
+        return self.encode_a(x), self.encode_b(y)
+
+    @torch.no_grad()
+    def clamp_logit_scale_(self) -> None:
+        """Clamp ``logit_scale`` in place so that ``exp(logit_scale) <= max_logit_scale``."""
+        self.logit_scale.clamp_(max=math.log(self.max_logit_scale))
+
+    def prepare(self, dataset: PairDataset) -> PairDataset:
+        """Turn a text data set into a tensor data set, once, before training or evaluation.
+
+        Text views go through ``text_featurizer`` (frozen MiniLM features, cached on disk, or
+        padded token ids); labels are kept. Vector and image data sets are returned unchanged.
+
+        Raises:
+            CrlValueError: for text data and a model without a text featurizer.
+        """
+        if not dataset.is_text:
+            return dataset
+        if self.text_featurizer is None:
+            raise CrlValueError(
+                "DualEncoder.prepare: this model takes tensors, but the data set holds text; "
+                "use model kind 'frozen_minilm' or 'embedding_bag'"
+            )
+        texts_a, texts_b = dataset.eval_views()
+        feats = self.text_featurizer(list(texts_a) + list(texts_b))  # (2N, ...)
+        n = len(texts_a)
+        return TensorPairDataset(feats[:n], feats[n:], dataset.labels)
