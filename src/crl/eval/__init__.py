@@ -12,6 +12,7 @@ from crl.eval.retrieval import (
     mean_average_precision,
     retrieval_metrics,
 )
+from crl.eval.risk import heldout_contrastive_risk
 
 __all__ = [
     "DEFAULT_KS",
@@ -20,6 +21,7 @@ __all__ = [
     "alignment",
     "auc_criterion",
     "average_precision",
+    "heldout_contrastive_risk",
     "knn_probe",
     "linear_probe",
     "mean_average_precision",

@@ -1,0 +1,59 @@
+"""``crl train CONFIG``: train one run from a YAML file or a shipped preset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from crl.cli import app
+from crl.cli._common import handle_errors
+
+
+def _print_summary(summary: dict[str, object], run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"run {run_dir}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in sorted(summary.items()):
+        if isinstance(value, float):
+            table.add_row(key, f"{value:.4f}")
+        elif value is not None:
+            table.add_row(key, str(value))
+    Console().print(table)
+
+
+@app.command("train")
+@handle_errors
+def train(
+    config: str = typer.Argument(..., help="A YAML config file or a preset name "
+                                           "(digits-simclr, pycode-clip, synthetic-gaussian)."),
+    overrides: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set train.steps=100 (repeatable)."),
+    smoke: bool = typer.Option(False, "--smoke", help="Shrink the run to seconds (a check)."),
+    out: Path = typer.Option(Path("runs"), "--out", help="Parent of the run directory."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
+    device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: config)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard",
+                                     help="Also write TensorBoard event files."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Train a dual encoder and write OUT/<name>-<config hash>/ (config, metrics, checkpoint,
+    summary).
+
+    Example: crl train digits-simclr --set train.steps=500 --out runs
+    """
+    from crl.train import config_hash, fit, load_config, smoke_config
+
+    if device is not None:
+        overrides = [*overrides, f"train.device={device}"]
+    cfg = load_config(config, overrides)
+    if smoke:
+        cfg = smoke_config(cfg)
+    name = Path(config).stem if Path(config).is_file() else config
+    run_dir = out / f"{name}-{config_hash(cfg)}"
+    result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
+    _print_summary(result.summary, run_dir)
+    print(f"run directory: {run_dir}")

@@ -1,0 +1,97 @@
+"""Checkpoints: everything a run needs to continue exactly where it stopped.
+
+A checkpoint holds the model, the objective (GCL's ``u`` buffers, SigLIP's scale and bias,
+learnable temperatures), the optimiser and scheduler, the RNG states (torch, numpy, python), the
+step, the epoch and the position in it, the config and its hash, and crl's version (nanoGPT's
+``ckpt.pt`` carries its config the same way). It is written atomically.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import random
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from crl import __version__
+from crl.errors import CrlError
+from crl.train.rundir import atomic_write
+
+#: Keys every checkpoint has.
+CHECKPOINT_KEYS = ("model", "objective", "optimizer", "scheduler", "rng", "step", "epoch",
+                   "position", "config", "config_hash", "crl_version")
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states of torch, numpy and python."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),  # noqa: NPY002
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore the states :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])  # noqa: NPY002
+    random.setstate(state["python"])
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (a dict with :data:`CHECKPOINT_KEYS`) atomically with ``torch.save``."""
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise CrlError(f"save_checkpoint: the state lacks {missing}")
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
+
+
+def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict[str, Any]:
+    """Read a checkpoint and check it belongs to this config and this crl version.
+
+    Args:
+        path: The ``checkpoint.pt`` file.
+        config_hash: The hash of the config the run is resumed with (None: not checked).
+
+    Returns:
+        The state dict.
+
+    Raises:
+        CrlError: if the file is missing, truncated or corrupt, or was written for another config
+            or another crl version. Nothing is changed on disk.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CrlError(f"resume: no checkpoint at {path}; start the run without --resume")
+    try:
+        # The checkpoint holds numpy and python RNG states, hence weights_only=False; it is a
+        # file this library wrote into the run directory.
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
+            ValueError) as exc:
+        raise CrlError(
+            f"resume: checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to start over"
+        ) from None
+    if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
+        raise CrlError(f"resume: {path} is not a crl checkpoint (missing keys); delete it to "
+                       "start over")
+    if state["crl_version"] != __version__:
+        raise CrlError(
+            f"resume: checkpoint {path} was written by crl {state['crl_version']}, this is crl "
+            f"{__version__}; resume it with that version or start a new run"
+        )
+    if config_hash is not None and state["config_hash"] != config_hash:
+        raise CrlError(
+            f"resume: checkpoint {path} belongs to config {state['config_hash']}, not to the "
+            f"given config {config_hash}; resume with the config in {path.parent / 'config.json'}"
+        )
+    return state
+
+
+__all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "rng_state", "save_checkpoint",
+           "set_rng_state"]

@@ -1,0 +1,110 @@
+"""Evaluate a model on a split: encode the deterministic eval views in batches, then the metrics
+of :mod:`crl.eval` (retrieval, geometry, held-out risk, probes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from crl.eval import (
+    alignment,
+    heldout_contrastive_risk,
+    knn_probe,
+    linear_probe,
+    retrieval_metrics,
+    uniformity,
+)
+from crl.models import DualEncoder
+from crl.train.config import EvalConfig
+
+
+def _batches(x: Any, batch_size: int) -> list[Any]:
+    return [x[i:i + batch_size] for i in range(0, len(x), batch_size)]
+
+
+@torch.no_grad()
+def encode_split(model: DualEncoder, dataset: Any, *, batch_size: int,
+                 device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Embeddings ``(N, D)`` of both eval views of a (prepared) split, on the CPU.
+
+    The model is put in eval mode for the pass and restored to its previous mode.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        xa, xb = dataset.eval_views()
+        za = torch.cat([model.encode_a(x.to(device)).cpu() for x in _batches(xa, batch_size)])
+        zb = torch.cat([model.encode_b(y.to(device)).cpu() for y in _batches(xb, batch_size)])
+    finally:
+        model.train(was_training)
+    return za, zb
+
+
+@torch.no_grad()
+def probe_features(model: DualEncoder, dataset: Any, *, batch_size: int,
+                   device: torch.device | str = "cpu", representation: bool = True) -> Tensor:
+    """Features of the view-a eval views for probes, on the CPU: the representation before the
+    projection head (``model.represent_a``, as SimCLR probes) or the embedding."""
+    was_training = model.training
+    model.eval()
+    encode = model.represent_a if representation else model.encode_a
+    try:
+        xa, _ = dataset.eval_views()
+        return torch.cat([encode(x.to(device)).cpu() for x in _batches(xa, batch_size)])
+    finally:
+        model.train(was_training)
+
+
+def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: float,
+             train_split: Any | None = None, device: torch.device | str = "cpu",
+             train_features: tuple[Tensor, Tensor] | None = None) -> dict[str, float]:
+    """The metrics of the ``eval`` section on one split.
+
+    Args:
+        model: A ``DualEncoder``.
+        split: The evaluated split (prepared: tensor views).
+        cfg: The ``eval`` section.
+        temperature: The loss temperature, for ``risk/contrastive``.
+        train_split: The training split (prepared), for the probes; None: no probes.
+        device: Where the model runs.
+        train_features: Already computed ``(probe features, labels)`` of the training split.
+
+    Returns:
+        ``retrieval/...``, ``geometry/alignment``, ``geometry/uniformity``,
+        ``risk/contrastive``, and for labelled data ``probe/linear_acc``,
+        ``probe/linear_balanced_acc``, ``probe/knn_acc``, ``probe/knn_balanced_acc``.
+    """
+    za, zb = encode_split(model, split, batch_size=cfg.batch_size, device=device)
+    out: dict[str, float] = {}
+    if cfg.retrieval:
+        out.update(retrieval_metrics(za, zb, ks=cfg.ks, block_size=cfg.block_size))
+    if cfg.geometry:
+        out["geometry/alignment"] = alignment(za, zb)
+        out["geometry/uniformity"] = 0.5 * (uniformity(za, block_size=cfg.block_size)
+                                            + uniformity(zb, block_size=cfg.block_size))
+    if cfg.risk:
+        out["risk/contrastive"] = heldout_contrastive_risk(
+            za, zb, temperature=temperature, block_size=cfg.block_size)
+    labels = getattr(split, "labels", None)
+    if cfg.probe and train_split is not None and labels is not None and bool((labels >= 0).all()):
+        representation = cfg.probe_features == "representation"
+        if train_features is None:
+            train_features = (probe_features(model, train_split, batch_size=cfg.batch_size,
+                                             device=device, representation=representation),
+                              train_split.labels)
+        features, train_labels = train_features
+        if train_labels is not None and torch.unique(train_labels).numel() >= 2:
+            test_features = probe_features(model, split, batch_size=cfg.batch_size,
+                                           device=device, representation=representation)
+            lin = linear_probe(features, train_labels, test_features, labels)
+            knn = knn_probe(features, train_labels, test_features, labels, k=cfg.knn_k)
+            out["probe/linear_acc"] = lin.accuracy
+            out["probe/linear_balanced_acc"] = lin.balanced_accuracy
+            out["probe/knn_acc"] = knn.accuracy
+            out["probe/knn_balanced_acc"] = knn.balanced_accuracy
+    return out
+
+
+__all__ = ["encode_split", "evaluate", "probe_features"]

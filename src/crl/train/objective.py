@@ -1,0 +1,232 @@
+"""The training objective: the loss of the ``loss`` section on a batch's (possibly gathered)
+features, with the negatives of the ``negatives`` section.
+
+:class:`Objective` is a function of ``(za, zb, index, labels)`` and the model (for CLIP's
+``logit_scale``) only, so distributed training can all-gather those four tensors first and call it
+unchanged on the global batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from crl.errors import CrlValueError
+from crl.losses import (
+    GlobalContrastiveLoss,
+    clip_loss,
+    info_nce,
+    oce_risk,
+    pairwise_risk,
+    relaxed_kmeans,
+    siglip_loss,
+    supcon_loss,
+)
+from crl.losses._common import masked_logsumexp
+from crl.negatives import NegativesConfig, build_negative_sets
+from crl.train.config import LossConfig
+
+
+def masked_info_nce_rows(logits: Tensor, negatives: Tensor) -> Tensor:
+    """Per-anchor InfoNCE ``(B,)`` of ``logits (B, B)`` (positives on the diagonal) with the
+    negatives of ``negatives (B, B)``; anchors without a negative get 0 (and no gradient).
+
+    Example:
+        >>> logits = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> masked_info_nce_rows(logits, torch.tensor([[False, True], [False, False]]))
+        tensor([0.3133, 0.0000])
+    """
+    eye = torch.eye(logits.shape[0], dtype=torch.bool, device=logits.device)
+    return masked_logsumexp(logits, negatives | eye, dim=1) - logits.diagonal()
+
+
+def _masked_siglip(logits: Tensor, negatives: Tensor) -> Tensor:
+    """SigLIP restricted to the mask: the positive term of every anchor plus its negatives."""
+    positive = -F.logsigmoid(logits.diagonal()).sum()
+    negative = -(F.logsigmoid(-logits) * negatives).sum()
+    return (positive + negative) / logits.shape[0]
+
+
+class Objective(nn.Module):
+    """The loss of a run, built from its ``loss`` and ``negatives`` sections.
+
+    Holds the learnable state of the loss (GCL's ``u`` and temperatures, SigLIP's scale and bias)
+    so that it is optimised and checkpointed with the model.
+
+    - ``info_nce``: InfoNCE / NT-Xent at ``temperature`` (both directions when ``symmetric``).
+    - ``clip``: the CLIP loss with the model's ``logit_scale``.
+    - ``siglip``: SigLIP with its own learnable ``logit_scale`` and ``logit_bias``.
+    - ``supcon``: SupCon on both views stacked; positives share a label, or, without labels, an
+      index (the two views of one item: SimCLR's NT-Xent).
+    - ``gcl``: :class:`~crl.losses.GlobalContrastiveLoss` with per-sample ``u``.
+    - ``oce`` / ``pairwise``: the OCE risk / pairwise surrogate of ``Delta = s_ij - s_ii``.
+
+    With ``negatives.regime != "in_batch"`` the batch mask of the negative sets is used (one
+    mask for both directions: ``[i, j]`` says sample j is a negative of sample i); anchors with
+    no negative in the batch are left out of the mean. ``kmeans_weight > 0`` adds the relaxed
+    k-means regulariser of both views.
+
+    Args:
+        loss: The ``loss`` section.
+        negatives: The ``negatives`` section.
+        num_samples: Training pairs ``n`` (indices lie in ``[0, n)``).
+        labels: ``(n,)`` training labels (``-1`` or None: unlabelled).
+        epochs: Epochs of the run (GCL's cosine gamma decay; None: 1).
+        num_classes: Default number of clusters of the k-means regulariser.
+
+    Example:
+        >>> obj = Objective(LossConfig(temperature=1.0, symmetric=False), NegativesConfig(),
+        ...                 num_samples=10)
+        >>> loss, logs = obj(torch.eye(3), torch.eye(3), torch.arange(3), None, nn.Module())
+        >>> round(float(loss), 4)
+        0.5514
+    """
+
+    def __init__(self, loss: LossConfig, negatives: NegativesConfig, *, num_samples: int,
+                 labels: Tensor | None = None, epochs: int | None = None,
+                 num_classes: int | None = None) -> None:
+        super().__init__()
+        self.cfg = loss
+        self.negatives_cfg = negatives
+        usable = labels if labels is not None and bool((labels >= 0).all()) else None
+        self.sets = build_negative_sets(negatives, num_samples, usable)
+        self.kmeans_k = loss.kmeans_k or num_classes or 10
+        self.gcl: GlobalContrastiveLoss | None = None
+        self.siglip_scale: nn.Parameter | None = None
+        self.siglip_bias: nn.Parameter | None = None
+        if loss.name == "gcl":
+            g = loss.gcl
+            decay = (g.decay_epochs or epochs or 1) if g.gamma_schedule == "cosine" else None
+            self.gcl = GlobalContrastiveLoss(
+                num_samples, temperature=loss.temperature, gamma=g.gamma,
+                gamma_schedule=g.gamma_schedule, gamma_min=g.gamma_min, decay_epochs=decay,
+                symmetric=loss.symmetric, temperature_mode=g.temperature_mode, rho=g.rho)
+        elif loss.name == "siglip":
+            self.siglip_scale = nn.Parameter(torch.tensor(math.log(10.0)),
+                                             requires_grad=loss.learnable_scale)
+            self.siglip_bias = nn.Parameter(torch.tensor(-10.0),
+                                            requires_grad=loss.learnable_scale)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tell epoch-dependent state (GCL's gamma schedule) the current epoch."""
+        if self.gcl is not None:
+            self.gcl.set_epoch(epoch)
+
+    def temperature(self, model: nn.Module) -> float:
+        """The temperature the loss currently works at (for the held-out contrastive risk)."""
+        if self.cfg.name == "clip":
+            return 1.0 / float(self._logit_scale(model).detach().exp())
+        if self.cfg.name == "siglip":
+            assert self.siglip_scale is not None
+            return 1.0 / float(self.siglip_scale.detach().exp())
+        if self.gcl is not None and self.cfg.gcl.temperature_mode != "fixed":
+            return float(self.gcl.temperature.detach().mean())  # per-sample: their mean
+        return self.cfg.temperature
+
+    def _logit_scale(self, model: nn.Module) -> Tensor:
+        scale = getattr(model, "logit_scale", None)
+        if not isinstance(scale, Tensor):
+            raise CrlValueError("loss 'clip' needs a model with a `logit_scale` parameter; got "
+                                f"{type(model).__name__} without one")
+        return scale
+
+    def negatives_mask(self, index: Tensor, labels: Tensor | None) -> Tensor | None:
+        """The ``(B, B)`` negatives mask of a batch, or None for every other member."""
+        if self.sets is not None:
+            return self.sets.batch_mask(index.cpu()).to(index.device)
+        if self.negatives_cfg.exclude_same_label:
+            if labels is None or bool((labels < 0).any()):
+                raise CrlValueError("negatives.exclude_same_label needs labelled data; the "
+                                    "batch has unlabelled items (label -1)")
+            return labels.unsqueeze(0) != labels.unsqueeze(1)
+        return None
+
+    def forward(self, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None,
+                model: nn.Module) -> tuple[Tensor, dict[str, float]]:
+        """The loss of a batch and scalars to log.
+
+        Args:
+            za: ``(B, D)`` view-a features (the global batch in distributed training).
+            zb: ``(B, D)`` view-b features.
+            index: ``(B,)`` dataset indices.
+            labels: ``(B,)`` labels (``-1``: none) or None.
+            model: The model (CLIP's ``logit_scale`` lives there).
+
+        Returns:
+            ``(loss, logs)``: a 0-dim tensor and a dict of floats.
+        """
+        cfg = self.cfg
+        mask = self.negatives_mask(index, labels)
+        eye = torch.eye(za.shape[0], dtype=torch.bool, device=za.device)
+        logs: dict[str, float] = {}
+        if cfg.name == "info_nce":
+            loss = (info_nce(za, zb, temperature=cfg.temperature, symmetric=cfg.symmetric)
+                    if mask is None else self._info_nce(za @ zb.T / cfg.temperature, mask, eye))
+        elif cfg.name == "clip":
+            scale = self._logit_scale(model).exp()
+            loss = (clip_loss(za, zb, scale) if mask is None
+                    else self._info_nce(scale * (za @ zb.T), mask, eye))
+            logs["train/logit_scale"] = float(scale.detach())
+        elif cfg.name == "siglip":
+            assert self.siglip_scale is not None and self.siglip_bias is not None
+            with torch.no_grad():
+                self.siglip_scale.clamp_(max=math.log(100.0))
+            scale = self.siglip_scale.exp()
+            loss = (siglip_loss(za, zb, scale, self.siglip_bias) if mask is None
+                    else _masked_siglip(scale * (za @ zb.T) + self.siglip_bias, mask & ~eye))
+            logs["train/logit_scale"] = float(scale.detach())
+            logs["train/logit_bias"] = float(self.siglip_bias.detach())
+        elif cfg.name == "supcon":
+            has_labels = labels is not None and bool((labels >= 0).all())
+            groups = labels if has_labels and labels is not None else index
+            loss = supcon_loss(torch.cat([za, zb]), torch.cat([groups, groups]),
+                               temperature=cfg.temperature)
+        elif cfg.name == "gcl":
+            assert self.gcl is not None
+            loss = self.gcl(za, zb, index, mask)
+            logs["train/gcl_gamma"] = self.gcl.current_gamma
+        else:
+            loss = self._delta_loss(za @ zb.T, mask, eye)
+        if cfg.kmeans_weight > 0:
+            k = min(self.kmeans_k, za.shape[1])
+            regulariser = 0.5 * (relaxed_kmeans(za, k) + relaxed_kmeans(zb, k))
+            logs["train/relaxed_kmeans"] = float(regulariser.detach())
+            loss = loss + cfg.kmeans_weight * regulariser
+        return loss, logs
+
+    def _info_nce(self, logits: Tensor, mask: Tensor | None, eye: Tensor) -> Tensor:
+        """Mean InfoNCE over the anchors that have a negative, in one or both directions."""
+        negatives = ~eye if mask is None else mask & ~eye
+        has = negatives.any(dim=1)
+        if not bool(has.any()):
+            return logits.sum() * 0.0
+        loss = masked_info_nce_rows(logits, negatives)[has].mean()
+        if self.cfg.symmetric:
+            # The same mask serves the b -> a direction: row i lists sample i's negatives.
+            loss = 0.5 * (loss + masked_info_nce_rows(logits.T, negatives)[has].mean())
+        return loss
+
+    def _delta_loss(self, scores: Tensor, mask: Tensor | None, eye: Tensor) -> Tensor:
+        """OCE or pairwise risk of ``Delta_ij = s_ij - s_ii`` over each anchor's negatives."""
+        negatives = ~eye if mask is None else mask & ~eye
+        has = negatives.any(dim=1)
+        if not bool(has.any()):
+            return scores.sum() * 0.0
+        directions = [scores, scores.T] if self.cfg.symmetric else [scores]
+        total = scores.new_zeros(())
+        for s in directions:
+            delta = (s - s.diagonal().unsqueeze(1))[has]
+            if self.cfg.name == "oce":
+                total = total + oce_risk(delta, phi=self.cfg.oce.phi,
+                                         temperature=self.cfg.temperature,
+                                         alpha=self.cfg.oce.alpha, mask=negatives[has])
+            else:
+                total = total + pairwise_risk(delta, loss=self.cfg.pairwise_loss,
+                                              mask=negatives[has])
+        return total / len(directions)
+
+
+__all__ = ["Objective", "masked_info_nce_rows"]

@@ -1,0 +1,134 @@
+"""The files of a run directory (DESIGN.md), written so that a crash never leaves a torn file.
+
+``config.json``, ``summary.json`` and ``checkpoint.pt`` are written to a temporary file in the same
+directory, flushed, fsync'ed and renamed over the target (``os.replace`` is atomic on POSIX and
+Windows). ``metrics.jsonl`` is appended to and flushed line by line; its reader drops a torn last
+line (a crash in the middle of a write).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from crl.errors import CrlValueError
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_FILE = "checkpoint.pt"
+SUMMARY_FILE = "summary.json"
+EVAL_FILE = "eval.json"
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write a file atomically: ``write(handle)`` into a temporary sibling, fsync, rename.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> atomic_write(folder / "x.txt", lambda f: f.write(b"hello"))
+        >>> (folder / "x.txt").read_text()
+        'hello'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(value: Any) -> Any:
+    """JSON cannot hold NaN/Inf: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    text = json.dumps(_clean(data), indent=2, sort_keys=True) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """Read a JSON object written by :func:`write_json`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CrlValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CrlValueError(f"{path}: expected a JSON object; got {type(data).__name__}")
+    return data
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one record as a line and flush it to disk."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(_clean(record), sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All complete records of a JSON-lines file; a torn (unterminated or unparsable) last line
+    is dropped, a corrupt line elsewhere is an error.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "m.jsonl"
+        >>> _ = p.write_text('{"step": 1}\\n{"step": 2}\\n{"ste')
+        >>> read_jsonl(p)
+        [{'step': 1}, {'step': 2}]
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    # Every complete record ends with a newline; text after the last newline is a torn write.
+    complete, _, _torn = path.read_text(encoding="utf-8").rpartition("\n")
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(complete.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise CrlValueError(f"{path}: line {number} is not valid JSON") from None
+    return records
+
+
+def rewrite_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Replace a JSON-lines file atomically by ``records``."""
+    text = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in records)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CONFIG_FILE",
+    "EVAL_FILE",
+    "METRICS_FILE",
+    "SUMMARY_FILE",
+    "append_jsonl",
+    "atomic_write",
+    "read_json",
+    "read_jsonl",
+    "rewrite_jsonl",
+    "write_json",
+]
