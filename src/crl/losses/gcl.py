@@ -72,7 +72,7 @@ class GlobalContrastiveLoss(nn.Module):
 
     Temperature modes (THEORY.md section 3; our reconstruction of FastCLIP-v3 and iSogCLR):
 
-    - ``"fixed"``: ``tau`` is a constant (buffer ``temperature``, 0-dim).
+    - ``"fixed"``: ``tau`` is a constant (float64 buffer ``temperature``, 0-dim).
     - ``"global_learnable"``: ``tau`` is a 0-dim parameter ``temperature``; the objective is
       ``tau (log g + rho)`` per anchor, whose surrogate value is ``tau (mean_i log u_i + rho)`` and
       whose gradients are ``tau grad_w(g_hat_i) / u_i`` for the model and
@@ -156,7 +156,9 @@ class GlobalContrastiveLoss(nn.Module):
         self.register_buffer("log_u_b2a", nan.clone())
         self.register_buffer("epoch", torch.tensor(0, dtype=torch.int64))
         if self.temperature_mode == "fixed":
-            self.register_buffer("temperature", torch.tensor(float(temperature)))
+            # float64 so that a float64 computation sees exactly the number that was given
+            self.register_buffer("temperature", torch.tensor(float(temperature),
+                                                             dtype=torch.float64))
         elif self.temperature_mode == "global_learnable":
             self.temperature = nn.Parameter(torch.tensor(float(temperature)))
         else:
