@@ -17,6 +17,7 @@ from crl.data.cache import resolve_cache_dir
 from crl.data.config import DataConfig, DigitsConfig, FilesConfig, PycodeConfig, SyntheticConfig
 from crl.data.digits import AugmentedImageDataset
 from crl.data.load import class_counts, load_data
+from crl.data.synthetic import synthetic_model
 
 __all__ = [
     "AugmentedImageDataset",
@@ -33,4 +34,5 @@ __all__ = [
     "class_counts",
     "load_data",
     "resolve_cache_dir",
+    "synthetic_model",
 ]

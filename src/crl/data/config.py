@@ -21,14 +21,15 @@ class SyntheticConfig(BaseModel):
     Attributes:
         model: ``gaussian_mean_shift`` (``x ~ N(0, I)``, ``y ~ N(a x, sigma^2 I)``),
             ``correlated_gaussian`` (``y | x ~ N(rho x, (1 - rho^2) I)``) or ``latent_classes``
-            (class ``c ~ class_probs``; ``x`` and ``y`` drawn independently from
-            ``N(separation * e_c, I)``).
+            (disjoint classes of ``items_per_class`` items each; ``x`` and its positive ``y`` are
+            items of the same class, one-hot encoded; labels are the classes).
         num_samples: Size of the pool of pairs, split into train/val/test.
-        dim: Dimension of ``x`` and ``y`` (the mean-shift formulas of THEORY.md assume 2).
+        dim: Dimension of ``x`` and ``y`` for the Gaussian models (THEORY.md's mean-shift
+            formulas assume 2).
         a, sigma: Mean-shift parameters.
         rho: Correlation of the correlated Gaussian, in (-1, 1).
-        class_probs: Class prior of the latent-class model (normalised; ``dim >= len``).
-        separation: Distance of the latent-class centres from the origin.
+        class_probs: Class prior ``pi`` of the latent-class model (sums to 1).
+        items_per_class: Items per latent class.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -42,7 +43,7 @@ class SyntheticConfig(BaseModel):
     sigma: float = Field(1.0, gt=0)
     rho: float = Field(0.8, gt=-1, lt=1)
     class_probs: list[float] = Field(default_factory=lambda: [0.25, 0.25, 0.25, 0.25])
-    separation: float = Field(3.0, ge=0)
+    items_per_class: int = Field(4, ge=1)
 
     @model_validator(mode="after")
     def _check_classes(self) -> SyntheticConfig:
@@ -50,11 +51,8 @@ class SyntheticConfig(BaseModel):
             raise ValueError(
                 f"class_probs must hold at least 2 positive numbers; got {self.class_probs}"
             )
-        if self.model == "latent_classes" and self.dim < len(self.class_probs):
-            raise ValueError(
-                f"the latent-class model needs dim >= len(class_probs) (one axis per class "
-                f"centre); got dim={self.dim} and {len(self.class_probs)} classes"
-            )
+        if abs(sum(self.class_probs) - 1.0) > 1e-6:
+            raise ValueError(f"class_probs must sum to 1; got sum {sum(self.class_probs)}")
         return self
 
 
