@@ -180,14 +180,15 @@ class TabularModel(ExactModel):
                          dtype=np.float64)
         self.p_neg_matrix = _probabilities(where, "p_neg", arr, arr.ndim if arr.ndim in (1, 2)
                                            else 1)
+        if self.p_neg_matrix.shape[-1] != self.p_pos.shape[1] or (
+                self.p_neg_matrix.ndim == 2 and self.p_neg_matrix.shape != self.p_pos.shape):
+            raise CrlValueError(f"{where}: `p_neg` must have shape (Y,) = ({self.p_pos.shape[1]},)"
+                                f" or {self.p_pos.shape}; got {arr.shape}")
         if self.p_neg_matrix.ndim == 1:
             self.negatives_depend_on_anchor = False
             self.p_neg_matrix = np.broadcast_to(self.p_neg_matrix, self.p_pos.shape).copy()
         else:
             self.negatives_depend_on_anchor = True
-        if self.p_neg_matrix.shape != self.p_pos.shape:
-            raise CrlValueError(f"{where}: `p_neg` must have shape (Y,) = ({self.p_pos.shape[1]},)"
-                                f" or {self.p_pos.shape}; got {arr.shape}")
         if np.any((self.p_pos > 0) & (self.p_neg_matrix == 0)):
             raise CrlValueError(f"{where}: `p_neg` must be > 0 wherever `p_pos` is (else "
                                 "KL(p+ || p-) and L* are infinite)")
