@@ -1,0 +1,63 @@
+"""``crl study NAME`` and ``crl report STUDY_DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from crl.cli import app
+from crl.cli._common import handle_errors
+
+study_app = typer.Typer(help="Run a study: a grid of runs plus an analysis and a report.",
+                        no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+_PRESET = typer.Option("quick", "--preset",
+                       help="smoke (under a minute), quick (under 10 minutes), full (hours).")
+_OUT = typer.Option(Path("runs"), "--out", help="Parent directory of the study directory.")
+_WORKERS = typer.Option(None, "--workers", help="Parallel runs (default: number of cores).")
+_NO_PROGRESS = typer.Option(False, "--no-progress", help="Hide the progress bar.")
+
+
+def _finish(study_dir: Path, headline: str) -> None:
+    print(headline)
+    print(f"report: {study_dir / 'report.html'}")
+
+
+@study_app.command("negatives")
+@handle_errors
+def negatives(
+    preset: str = _PRESET,
+    data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE."),
+    model: str | None = typer.Option(None, "--model", help="Model kind (default per data)."),
+    metric: str = typer.Option("recall@1", "--metric", help="Summary metric to fit."),
+    tolerance: float = typer.Option(0.01, "--tolerance", help="delta of m*(n; delta)."),
+    temperature: float = typer.Option(0.05, "--temperature", help="GCL temperature."),
+    out: Path = _OUT,
+    workers: int | None = _WORKERS,
+    no_progress: bool = _NO_PROGRESS,
+) -> None:
+    """How many negatives can your data use? Fits m*(n) and writes a report.
+
+    Example: crl study negatives --preset quick --data pycode --out runs
+    """
+    from crl.experiments.api import run_and_report
+
+    outcome, analysis = run_and_report(
+        "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,
+        data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature)
+    _finish(outcome.study_dir, analysis.headline)
+
+
+@app.command("report")
+@handle_errors
+def report(study_dir: Path = typer.Argument(..., help="A study directory, e.g. runs/negatives.")
+           ) -> None:
+    """Rebuild a study's results.csv, plots and report.html from its files alone.
+
+    Example: crl report runs/negatives
+    """
+    from crl.experiments.api import rebuild_report
+
+    print(f"report: {rebuild_report(study_dir)}")

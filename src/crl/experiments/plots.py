@@ -1,0 +1,60 @@
+"""Figures of the study reports (matplotlib with the Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+
+
+def save(fig: Any, path: Path) -> None:
+    """Save ``fig`` as a PNG (dpi 120) and close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def subplots(ncols: int, *, width: float = 5.2, height: float = 4.0) -> tuple[Any, list[Axes]]:
+    """A figure with ``ncols`` axes side by side."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def mean_and_sd(rows: Iterable[dict[str, Any]], x_key: str, y_key: str
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Group ``rows`` by ``x_key``: sorted x, mean y, standard deviation of y, counts."""
+    groups: dict[float, list[float]] = defaultdict(list)
+    for row in rows:
+        x, y = row.get(x_key), row.get(y_key)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and np.isfinite(y):
+            groups[float(x)].append(float(y))
+    xs = np.array(sorted(groups))
+    means = np.array([np.mean(groups[x]) for x in xs])
+    sds = np.array([np.std(groups[x], ddof=1) if len(groups[x]) > 1 else 0.0 for x in xs])
+    counts = np.array([len(groups[x]) for x in xs])
+    return xs, means, sds, counts
+
+
+def errorbar_series(ax: Axes, rows: list[dict[str, Any]], x_key: str, y_key: str, *,
+                    label: str, color: str, x_scale: float = 1.0,
+                    curve: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+    """Plot the mean of ``y_key`` against ``x_key`` with seed error bars, and a fitted curve."""
+    xs, means, sds, _ = mean_and_sd(rows, x_key, y_key)
+    if xs.size == 0:
+        return
+    ax.errorbar(xs * x_scale, means, yerr=sds, fmt="o", color=color, capsize=3, ms=4,
+                label=label)
+    if curve is not None:
+        grid = np.geomspace(xs.min(), xs.max(), 100)
+        ax.plot(grid * x_scale, curve(grid), "-", color=color, alpha=0.7, lw=1.2)

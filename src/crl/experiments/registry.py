@@ -1,0 +1,27 @@
+"""Studies by name (``crl study NAME``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crl._validation import check_choice
+from crl.experiments.study import Study
+
+
+def _studies() -> dict[str, type[Study]]:
+    from crl.experiments.negatives import NegativesStudy
+
+    studies: list[type[Study]] = [NegativesStudy]
+    return {s.name: s for s in studies}
+
+
+def study_names() -> list[str]:
+    """The names of the registered studies."""
+    return list(_studies())
+
+
+def get_study(name: str, *, preset: str = "quick", **options: Any) -> Study:
+    """Build the study ``name`` for ``preset`` with ``options``."""
+    studies = _studies()
+    check_choice("crl study", "study", name, studies)
+    return studies[name](preset, **options)

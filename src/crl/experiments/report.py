@@ -1,0 +1,128 @@
+"""The study report: ``results.csv`` -> analysis -> ``report.html`` (self-contained).
+
+Everything here reads files only, so ``crl report STUDY_DIR`` rebuilds the report of a study
+(finished or not) without running anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+from crl.env import environment_info
+from crl.errors import CrlValueError
+from crl.experiments.results import RESULTS_FILE, collect_rows, write_results
+from crl.experiments.study import Analysis, Study
+from crl.train.rundir import atomic_write, read_json, write_json
+
+REPORT_FILE = "report.html"
+ANALYSIS_FILE = "analysis.json"
+PLOTS_DIR = "plots"
+
+_STYLE = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 980px;
+       margin: 2em auto; padding: 0 1em; color: #1b1b1b; line-height: 1.5; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #444; }
+.headline { background: #f6f8fa; border-left: 4px solid #2f6fb0; padding: 0.8em 1em; }
+code, pre { background: #f3f3f3; padding: 0.1em 0.3em; }
+"""
+
+
+def format_number(value: Any) -> str:
+    """Numbers for tables: 4 significant digits, NaN as an em dash."""
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "—"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _image_tag(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
+
+
+def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
+                environment: dict[str, Any], counts: dict[str, int]) -> str:
+    """The report page; images are inlined so the file stands alone."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class='headline'>{html.escape(analysis.headline)}</p>",
+        f"<p>Runs finished: {counts['finished']} of {counts['total']}.</p>",
+    ]
+    for section in analysis.sections:
+        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        parts.extend(f"<p>{html.escape(p)}</p>" for p in section.paragraphs)
+        for table in section.tables:
+            parts.append(f"<h3>{html.escape(table.title)}</h3><table><tr>")
+            parts.extend(f"<th>{html.escape(c)}</th>" for c in table.columns)
+            parts.append("</tr>")
+            for row in table.rows:
+                cells = "".join(f"<td>{html.escape(format_number(v))}</td>" for v in row)
+                parts.append(f"<tr>{cells}</tr>")
+            parts.append("</table>")
+        for figure in section.figures:
+            path = study_dir / figure.path
+            if path.exists():
+                parts.append(f"<figure>{_image_tag(path)}"
+                             f"<figcaption>{html.escape(figure.caption)}</figcaption></figure>")
+    parts.append("<h2>Reproduce</h2>")
+    parts.append(f"<pre>{html.escape(command)}</pre>")
+    parts.append("<p>The numbers above are rebuilt from the run directories by "
+                 f"<code>crl report {html.escape(str(study_dir))}</code>.</p>")
+    parts.append("<h2>Environment</h2><table>")
+    for key, value in environment.items():
+        parts.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(value))}</td></tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def reproduce_command(study: Study) -> str:
+    """The ``crl study`` command line that reproduces ``study``."""
+    words = ["crl", "study", study.name, "--preset", study.preset]
+    for key, value in sorted(study.options.items()):
+        if value is None:
+            continue
+        words += [f"--{key.replace('_', '-')}", str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def build_report(study: Study, study_dir: Path) -> Analysis:
+    """Rebuild ``results.csv``, ``analysis.json``, ``plots/`` and ``report.html`` of a study."""
+    specs = study.runs()
+    rows = collect_rows(specs, study_dir)
+    if not rows:
+        raise CrlValueError(
+            f"{study_dir}: no finished runs to report on yet (no summary.json in any run "
+            f"directory of study {study.name!r}); run `{reproduce_command(study)}` first"
+        )
+    first = ["run_id", *dict.fromkeys(k for s in specs for k in s.tags)]
+    write_results(rows, study_dir / RESULTS_FILE, first)
+    (study_dir / PLOTS_DIR).mkdir(exist_ok=True)
+    analysis = study.analyze(rows, study_dir)
+    write_json(study_dir / ANALYSIS_FILE, {"headline": analysis.headline,
+                                          "numbers": analysis.numbers})
+    recorded = study_dir / "environment.json"
+    environment = read_json(recorded) if recorded.exists() else environment_info()
+    if not recorded.exists():
+        write_json(recorded, environment)
+    page = render_html(study_dir, f"crl study {study.name} ({study.preset})", analysis,
+                       reproduce_command(study), environment,
+                       {"finished": len(rows), "total": len(specs)})
+    atomic_write(study_dir / REPORT_FILE, lambda f: f.write(page.encode("utf-8")))
+    return analysis
