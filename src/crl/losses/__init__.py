@@ -11,6 +11,7 @@ from crl.losses.modules import ClipLoss, InfoNCELoss, SigLipLoss, SupConLoss
 from crl.losses.oce import OCE_PHIS, PAIRWISE_LOSSES, oce_risk, pairwise_risk
 from crl.losses.siglip import siglip_loss
 from crl.losses.supcon import supcon_loss
+from crl.losses.tiled import TileMask, tiled_clip_loss, tiled_info_nce, tiled_masked_row_logsumexp
 
 __all__ = [
     "OCE_PHIS",
@@ -20,6 +21,7 @@ __all__ = [
     "InfoNCELoss",
     "SigLipLoss",
     "SupConLoss",
+    "TileMask",
     "clip_loss",
     "contrastive_risk",
     "info_nce",
@@ -28,4 +30,7 @@ __all__ = [
     "relaxed_kmeans",
     "siglip_loss",
     "supcon_loss",
+    "tiled_clip_loss",
+    "tiled_info_nce",
+    "tiled_masked_row_logsumexp",
 ]

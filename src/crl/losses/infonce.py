@@ -19,6 +19,7 @@ from crl._validation import (
     upcast,
 )
 from crl.losses._common import masked_logsumexp
+from crl.losses.tiled import TileMask, dense_mask, tiled_clip_loss, tiled_info_nce, use_tiles
 
 
 def _prepare(where: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -50,7 +51,9 @@ def info_nce(
     *,
     temperature: float | Tensor = 0.07,
     symmetric: bool = False,
-    negatives_mask: Tensor | None = None,
+    negatives_mask: Tensor | TileMask | None = None,
+    index: Tensor | None = None,
+    block_size: int | None = None,
 ) -> Tensor:
     """InfoNCE with the positive in the denominator (CPC / SimCLR / CLIP; THEORY.md section 1).
 
@@ -63,16 +66,24 @@ def info_nce(
         temperature: ``tau > 0``, a number or a 0-dim tensor (may require grad).
         symmetric: If True, the mean of the ``a -> b`` and ``b -> a`` directions; the second uses
             the transposed mask.
-        negatives_mask: Optional ``(B, B)`` bool, True where ``b[j]`` is a negative of ``a[i]``.
-            Default: every ``j != i``. The diagonal is ignored (the positive always counts once).
-            Every row needs at least one negative.
+        negatives_mask: Optional ``(B, B)`` bool, True where ``b[j]`` is a negative of ``a[i]``,
+            or a :class:`~crl.losses.tiled.TileMask` (such as
+            :class:`~crl.negatives.NegativeSets`) that gives the mask of any block from the
+            samples' dataset indices. Default: every ``j != i``. The diagonal is ignored (the
+            positive always counts once). Every row needs at least one negative.
+        index: ``(B,)`` dataset indices of the pairs, read by a ``TileMask`` mask (default
+            ``arange(B)``); unused otherwise.
+        block_size: None: the plain ``(B, B)`` computation up to ``B = PLAIN_MAX_BATCH`` (2048),
+            the exact tiled one of :func:`~crl.losses.tiled.tiled_info_nce` above it. An int:
+            always tiled, with ``block_size x block_size`` tiles (``O(B·D + block_size²)``
+            memory). Value and gradients are the same either way.
 
     Returns:
         0-dim tensor: the mean loss over anchors.
 
     Raises:
-        CrlValueError: on shape mismatch, ``B < 2``, NaN/Inf inputs, ``tau <= 0`` or a mask row
-            with no negatives.
+        CrlValueError: on shape mismatch, ``B < 2``, NaN/Inf inputs, ``tau <= 0``, a mask row
+            with no negatives or ``block_size < 1``.
 
     Example:
         >>> a = torch.eye(3)
@@ -80,8 +91,12 @@ def info_nce(
         0.5514
     """
     where = "info_nce"
+    if use_tiles(where, a, block_size):
+        return tiled_info_nce(a, b, temperature=temperature, symmetric=symmetric,
+                              negatives_mask=negatives_mask, index=index, block_size=block_size)
     a, b = _prepare(where, a, b)
     check_positive(where, "temperature", temperature)
+    negatives_mask = dense_mask(where, negatives_mask, index, a.shape[0], a.device)
     negatives = _negatives(where, negatives_mask, a.shape[0], a.device)
     logits = (a @ b.T) / temperature  # (B, B)
     loss = _one_way_info_nce(logits, negatives).mean()
@@ -90,7 +105,8 @@ def info_nce(
     return loss
 
 
-def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor) -> Tensor:
+def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
+              block_size: int | None = None) -> Tensor:
     """The CLIP loss exactly as open_clip's ``ClipLoss`` on one process.
 
     ``(CE(scale * a @ b.T, arange(B)) + CE(scale * b @ a.T, arange(B))) / 2``, where ``scale`` is
@@ -100,6 +116,9 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor) -> Tensor:
         a: Image (or view-a) embeddings ``(B, D)``.
         b: Text (or view-b) embeddings ``(B, D)``.
         scale: Positive number or 0-dim tensor (may require grad).
+        block_size: None: plain up to ``B = PLAIN_MAX_BATCH`` (2048), exact tiles of
+            :func:`~crl.losses.tiled.tiled_clip_loss` above; an int: always tiled with that tile
+            side. Same value and gradients either way.
 
     Returns:
         0-dim tensor.
@@ -110,6 +129,8 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor) -> Tensor:
         0.5514
     """
     where = "clip_loss"
+    if use_tiles(where, a, block_size):
+        return tiled_clip_loss(a, b, scale, block_size=block_size)
     a, b = _prepare(where, a, b)
     check_positive(where, "scale", scale)
     if isinstance(scale, Tensor):
