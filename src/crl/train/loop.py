@@ -143,7 +143,8 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     za, zb = model(xa, xb)  # (B, D) each
     loss, logs = objective(za, zb, index, labels, model)
     if not bool(torch.isfinite(loss)):
-        raise NonFiniteLossError(f"the training loss is {float(loss)} at step {step + 1}")
+        raise NonFiniteLossError(
+            f"the training loss is {float(loss.detach())} at step {step + 1}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -249,7 +250,19 @@ def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         raise CrlValueError(f"train.device is {config.train.device!r} but CUDA is not available "
                             "on this machine; use --device cpu")
     device = torch.device(config.train.device)
+    threads = torch.get_num_threads()
+    if config.train.num_threads is not None:
+        torch.set_num_threads(config.train.num_threads)
+    try:
+        return _fit(config, run_dir, run_id, checkpoint, device, progress=progress,
+                    tensorboard=tensorboard, stop_at=stop_at)
+    finally:
+        torch.set_num_threads(threads)
 
+
+def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, Any] | None,
+         device: torch.device, *, progress: bool, tensorboard: bool,
+         stop_at: int | None) -> RunResult:
     built = build_run(config, device)
     model, objective, train_ds = built.model, built.objective, built.train_ds
     val_ds, test_ds, splits = built.val_ds, built.test_ds, built.splits
