@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -200,3 +201,46 @@ def test_bad_input_is_rejected_with_names() -> None:
         NegativeSets(10, 3, labels=torch.zeros(9))
     with pytest.raises(CrlTypeError, match="mask"):
         rows_with_negatives(torch.zeros(3, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 40), data=st.data(), seed=st.integers(0, 2**32),
+       regime=st.sampled_from(REGIMES))
+def test_set_sizes_hold_for_any_n_m_seed(n: int, data: st.DataObject, seed: int,
+                                         regime: str) -> None:
+    m = data.draw(st.integers(1, n))
+    sets = NegativeSets(n, m, regime=regime, seed=seed)  # type: ignore[arg-type]
+    full = sets.mask(torch.arange(n), torch.arange(n))
+    assert not full.diagonal().any()
+    if regime == "independent":
+        assert (full.sum(dim=1) == min(m, n - 1)).all()
+    else:
+        in_shared = torch.zeros(n, dtype=torch.bool)
+        in_shared[sets.members()] = True  # S enumerated through the inverse permutation
+        assert int(in_shared.sum()) == m
+        assert torch.equal(full.sum(dim=1), m - in_shared.long())
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_batch_mask_plugs_into_the_contrastive_losses(regime: str) -> None:
+    from crl.losses import contrastive_risk, info_nce
+
+    n, b = 300, 24
+    gen = torch.Generator().manual_seed(0)
+    index = torch.randperm(n, generator=gen)[:b]
+    a = torch.nn.functional.normalize(torch.randn(b, 5, generator=gen, dtype=torch.float64), dim=1)
+    p = torch.nn.functional.normalize(a + torch.randn(b, 5, generator=gen, dtype=torch.float64),
+                                      dim=1)
+    mask = NegativeSets(n, 150, regime=regime, seed=1).batch_mask(index)  # type: ignore[arg-type]
+    assert rows_with_negatives(mask).all()
+    s = (a @ p.T).tolist()
+    want_nce, want_risk = 0.0, 0.0
+    for i in range(b):
+        negs = [j for j in range(b) if bool(mask[i, j])]
+        den = math.exp(s[i][i] / 0.1) + sum(math.exp(s[i][j] / 0.1) for j in negs)
+        want_nce += (math.log(den) - s[i][i] / 0.1) / b
+        mean = sum(math.exp((s[i][j] - s[i][i]) / 0.1) for j in negs) / len(negs)
+        want_risk += 0.1 * math.log(mean) / b
+    assert float(info_nce(a, p, temperature=0.1, negatives_mask=mask)) == pytest.approx(want_nce)
+    assert float(contrastive_risk(a, p, temperature=0.1, negatives_mask=mask)) == pytest.approx(
+        want_risk)
