@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,12 +22,17 @@ def load_digit_images() -> tuple[Tensor, Tensor]:
         >>> images.shape, float(images.max()), int(labels.max())
         (torch.Size([1797, 1, 8, 8]), 1.0, 9)
     """
+    images, labels = _digits_arrays()
+    return torch.tensor(images)[:, None], torch.tensor(labels)
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = torch.as_tensor(np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None]
-    labels = torch.as_tensor(np.asarray(bunch.target, dtype=np.int64))
-    return images, labels
+    return (np.asarray(bunch.images, dtype=np.float32) / 16.0,
+            np.asarray(bunch.target, dtype=np.int64))
 
 
 class AugmentedImageDataset(PairDataset):
