@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from crl.losses import (
@@ -26,8 +27,8 @@ from crl.losses import (
     supcon_loss,
 )
 
-PROPERTY = settings(max_examples=40, deadline=None)
-SLOW_PROPERTY = settings(max_examples=25, deadline=None)
+PROPERTY = settings(max_examples=30, deadline=None)
+SLOW_PROPERTY = settings(max_examples=20, deadline=None)
 CLOSE = {"rtol": 1e-9, "atol": 1e-10}
 
 seeds = st.integers(0, 2**31 - 1)
@@ -284,7 +285,8 @@ def test_relaxed_kmeans_lower_bounds_kmeans_inertia(batch: int, dim: int,
     k = data.draw(st.integers(1, min(dim, batch)), label="k")
     centres = 3.0 * _gaussian(k, dim, seed=seed)
     z = centres[torch.arange(batch) % k] + 0.5 * _gaussian(batch, dim, seed=seed + 1)
-    with warnings.catch_warnings():
+    # One thread: OpenMP start-up dominates on data this small and the cores are shared.
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.simplefilter("ignore")
         inertia = KMeans(n_clusters=k, n_init=4, random_state=0).fit(z.numpy()).inertia_
     bound = float(relaxed_kmeans(z, k))
@@ -302,4 +304,9 @@ def test_relaxed_kmeans_is_zero_when_rank_at_most_k(batch: int, dim: int, data: 
     rank = data.draw(st.integers(1, k), label="rank")
     z = _gaussian(batch, rank, seed=seed) @ _gaussian(rank, dim, seed=seed + 1)  # rank <= k
     scale = float((z**2).sum())
-    assert abs(float(relaxed_kmeans(z, k))) <= 1e-10 * (1 + scale)
+    z.requires_grad_(True)
+    value = relaxed_kmeans(z, k)
+    assert abs(float(value.detach())) <= 1e-10 * (1 + scale)
+    # Repeated (zero) eigenvalues do not break the gradient: eigvalsh's backward needs no gaps.
+    (grad,) = torch.autograd.grad(value, [z])
+    assert bool(torch.isfinite(grad).all())
