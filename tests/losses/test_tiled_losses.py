@@ -1,0 +1,296 @@
+"""The tiled losses equal the plain ones (value and every gradient), and their inputs are checked.
+
+The plain losses of ``crl.losses.infonce`` are themselves tested against the float64 loop
+references (``test_losses_parity.py``); here the tiled path is compared with them, and the masked
+row log-sum-exp with a dense formula written from THEORY.md section 3.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loss_reference import ref_info_nce
+from torch import Tensor
+
+import crl.losses.tiled as tiled_module
+from crl.errors import CrlTypeError, CrlValueError
+from crl.losses import (
+    TileMask,
+    clip_loss,
+    info_nce,
+    tiled_clip_loss,
+    tiled_info_nce,
+    tiled_masked_row_logsumexp,
+)
+from crl.negatives import NegativeSets
+
+F32 = {"rtol": 1e-5}
+F64 = {"rtol": 1e-10}
+
+
+class HashMask:
+    """A deterministic TileMask: ``j`` is a negative of ``i`` iff ``(7 i + 3 j) % 5 != 0``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
+        self.calls += 1
+        return (7 * rows_index.unsqueeze(1) + 3 * cols_index.unsqueeze(0)) % 5 != 0
+
+
+def _pair(batch: int, dim: int, dtype: torch.dtype, seed: int) -> tuple[Tensor, Tensor]:
+    """Unit-norm pairs whose positives are correlated with their anchors (a trained-like loss)."""
+    gen = torch.Generator().manual_seed(seed)
+    a = F.normalize(torch.randn(batch, dim, generator=gen, dtype=torch.float64), dim=1)
+    noise = torch.randn(batch, dim, generator=gen, dtype=torch.float64)
+    b = F.normalize(a + 0.7 * noise, dim=1)
+    return a.to(dtype).requires_grad_(True), b.to(dtype).requires_grad_(True)
+
+
+def _assert_same(got: Tensor, want: Tensor, rtol: float) -> None:
+    """Equal to ``rtol`` relative to the tensor's scale: in norm, and element by element with an
+    absolute slack of ``rtol * max|want|`` (entries near 0 are sums that cancel)."""
+    scale = float(want.abs().max())
+    assert float((got - want).norm()) <= rtol * float(want.norm()) + 1e-300
+    torch.testing.assert_close(got, want, rtol=rtol, atol=rtol * scale)
+
+
+def _losses_and_grads(fn, a: Tensor, b: Tensor, t: Tensor) -> list[Tensor]:  # type: ignore[no-untyped-def]
+    loss = fn(a, b, t)
+    return [loss.detach(), *torch.autograd.grad(loss, (a, b, t))]
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("mask_kind", ["none", "dense", "object"])
+@pytest.mark.parametrize("temperature", [0.005, 0.3])
+def test_tiled_info_nce_equals_plain(dtype: torch.dtype, rtol: float, symmetric: bool,
+                                     mask_kind: str, temperature: float) -> None:
+    batch, block = 53, 16  # 53 = 3 * 16 + 5: the last row and column tiles are partial
+    a, b = _pair(batch, 12, dtype, seed=3)
+    tau = torch.tensor(temperature, dtype=dtype, requires_grad=True)
+    hashed = HashMask()
+    index = torch.randperm(batch, generator=torch.Generator().manual_seed(1)) + 100
+    dense = hashed.mask(index, index)
+    plain_mask = None if mask_kind == "none" else dense
+    tiled_mask = {"none": None, "dense": dense, "object": hashed}[mask_kind]
+
+    want = _losses_and_grads(
+        lambda x, y, t: info_nce(x, y, temperature=t, symmetric=symmetric,
+                                 negatives_mask=plain_mask), a, b, tau)
+    got = _losses_and_grads(
+        lambda x, y, t: tiled_info_nce(x, y, temperature=t, symmetric=symmetric,
+                                       negatives_mask=tiled_mask, index=index,
+                                       block_size=block), a, b, tau)
+    for g, w in zip(got, want, strict=True):
+        _assert_same(g, w, rtol)
+    if mask_kind == "object":
+        assert hashed.calls == 2 * 4 * 4 + 1  # forward + backward over 4 x 4 tiles, + `dense`
+
+
+@pytest.mark.parametrize(("dtype", "rtol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("block", [1, 7, 32, 40, 1000])
+def test_tiled_clip_loss_equals_plain(dtype: torch.dtype, rtol: float, block: int) -> None:
+    a, b = _pair(40, 8, dtype, seed=block)
+    scale = torch.tensor(1 / 0.005, dtype=dtype, requires_grad=True)
+    want = _losses_and_grads(lambda x, y, s: clip_loss(x, y, s), a, b, scale)
+    got = _losses_and_grads(lambda x, y, s: tiled_clip_loss(x, y, s, block_size=block),
+                            a, b, scale)
+    for g, w in zip(got, want, strict=True):
+        _assert_same(g, w, rtol)
+
+
+def test_tiled_info_nce_matches_the_loop_reference() -> None:
+    a, b = _pair(9, 4, torch.float64, seed=5)
+    mask = HashMask().mask(torch.arange(9), torch.arange(9))
+    got = tiled_info_nce(a, b, temperature=0.2, symmetric=True, negatives_mask=mask,
+                         block_size=4)
+    want = ref_info_nce(a, b, 0.2, symmetric=True, negatives_mask=mask)
+    torch.testing.assert_close(got, want, **F64, atol=1e-12)
+
+
+def test_negative_sets_as_tile_mask_equals_its_batch_mask() -> None:
+    sets = NegativeSets(500, 40, regime="independent", seed=2)
+    assert isinstance(sets, TileMask)
+    index = torch.randperm(500, generator=torch.Generator().manual_seed(0))[:70]
+    a, b = _pair(70, 6, torch.float64, seed=8)
+    kwargs = {"temperature": 0.1, "symmetric": True}
+    plain = info_nce(a, b, negatives_mask=sets.batch_mask(index), **kwargs)
+    tiled = info_nce(a, b, negatives_mask=sets, index=index, block_size=16, **kwargs)
+    via_plain_path = info_nce(a, b, negatives_mask=sets, index=index, **kwargs)  # B <= 2048
+    torch.testing.assert_close(tiled, plain, **F64, atol=0.0)
+    torch.testing.assert_close(via_plain_path, plain, rtol=0.0, atol=0.0)
+
+
+def _ref_negative_lse(a: Tensor, b: Tensor, scale: Tensor, mask: Tensor) -> Tensor:
+    """``log sum_{j in neg(i)} exp(scale_i (s_ij - s_ii))`` from its formula, dense."""
+    s = a @ b.T
+    delta = (s - s.diagonal().unsqueeze(1)) * (scale.unsqueeze(1) if scale.dim() else scale)
+    neg = mask & ~torch.eye(a.shape[0], dtype=torch.bool)
+    return torch.logsumexp(delta.masked_fill(~neg, -math.inf), dim=1)
+
+
+@pytest.mark.parametrize("per_anchor_scale", [False, True])
+def test_masked_row_logsumexp_equals_formula(per_anchor_scale: bool) -> None:
+    batch = 23
+    a, b = _pair(batch, 5, torch.float64, seed=11)
+    gen = torch.Generator().manual_seed(4)
+    mask = torch.rand(batch, batch, generator=gen) < 0.3
+    mask[3] = False  # an anchor with no negative: -inf, count 0
+    if per_anchor_scale:
+        scale = (1.0 + 30 * torch.rand(batch, generator=gen, dtype=torch.float64))
+    else:
+        scale = torch.tensor(50.0, dtype=torch.float64)
+    scale.requires_grad_(True)
+    out = tiled_masked_row_logsumexp(a, b, scale, negatives_mask=mask, block_size=6,
+                                     columns=not per_anchor_scale)
+    want = _ref_negative_lse(a, b, scale, mask)
+    torch.testing.assert_close(out.rows, want, **F64, atol=0.0)
+    assert out.row_counts.tolist() == (mask & ~torch.eye(batch, dtype=torch.bool)).sum(1).tolist()
+    assert out.rows[3] == -math.inf
+    finite = torch.isfinite(want)
+    weights = torch.linspace(0.5, 2.0, batch, dtype=torch.float64)[finite]
+    got_grads = torch.autograd.grad((out.rows[finite] * weights).sum(), (a, b, scale))
+    want_grads = torch.autograd.grad((want[finite] * weights).sum(), (a, b, scale))
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, **F64, atol=1e-12)
+    if not per_anchor_scale:
+        assert out.cols is not None and out.col_counts is not None
+        want_cols = _ref_negative_lse(b, a, scale, mask.T)
+        torch.testing.assert_close(out.cols, want_cols, **F64, atol=0.0)
+        col_negatives = mask.T & ~torch.eye(batch, dtype=torch.bool)
+        assert out.col_counts.tolist() == col_negatives.sum(1).tolist()
+
+
+def test_masked_row_logsumexp_default_negatives_and_tile_mask() -> None:
+    a, b = _pair(17, 4, torch.float32, seed=2)
+    out = tiled_masked_row_logsumexp(a, b, 20.0, block_size=5)
+    want = _ref_negative_lse(a.double(), b.double(), torch.tensor(20.0, dtype=torch.float64),
+                             torch.ones(17, 17, dtype=torch.bool))
+    torch.testing.assert_close(out.rows.double(), want, rtol=1e-5, atol=1e-5)
+    assert out.row_counts.tolist() == [16] * 17 and out.cols is None
+    hashed = HashMask()
+    index = torch.arange(17) * 3
+    by_object = tiled_masked_row_logsumexp(a, b, 20.0, negatives_mask=hashed, index=index,
+                                           block_size=5)
+    by_dense = tiled_masked_row_logsumexp(a, b, 20.0, negatives_mask=hashed.mask(index, index),
+                                          block_size=5)
+    torch.testing.assert_close(by_object.rows, by_dense.rows, rtol=0.0, atol=0.0)
+    assert torch.equal(by_object.row_counts, by_dense.row_counts)
+
+
+def test_gradcheck_tiled_float64() -> None:
+    a, b = _pair(7, 3, torch.float64, seed=21)
+    tau = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    mask = HashMask().mask(torch.arange(7), torch.arange(7))
+
+    def loss(x: Tensor, y: Tensor, t: Tensor) -> Tensor:
+        return tiled_info_nce(x, y, temperature=t, symmetric=True, negatives_mask=mask,
+                              block_size=3)
+
+    def lse(x: Tensor, y: Tensor, t: Tensor) -> Tensor:
+        out = tiled_masked_row_logsumexp(x, y, 1 / t, columns=True, block_size=2)
+        assert out.cols is not None
+        return out.rows.sum() + 2 * out.cols.sum()
+
+    assert torch.autograd.gradcheck(loss, (a, b, tau))
+    assert torch.autograd.gradcheck(lse, (a, b, tau))
+
+
+def test_block_size_none_dispatch_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _pair(30, 4, torch.float64, seed=9)
+    plain = clip_loss(a, b, 12.0)  # B = 30 <= PLAIN_MAX_BATCH: the plain path
+    assert "TiledLogSumExp" not in type(plain.grad_fn).__name__
+    monkeypatch.setattr(tiled_module, "PLAIN_MAX_BATCH", 8)
+    auto = clip_loss(a, b, 12.0)  # now B > PLAIN_MAX_BATCH: tiles
+    chain, node = [], auto.grad_fn
+    while node is not None and node.next_functions:
+        chain.append(type(node).__name__)
+        node = node.next_functions[0][0]
+    assert any("TiledLogSumExp" in name for name in chain)
+    torch.testing.assert_close(auto, plain, **F64, atol=0.0)
+    auto_nce = info_nce(a, b, temperature=0.1, symmetric=True)
+    monkeypatch.setattr(tiled_module, "PLAIN_MAX_BATCH", 2048)
+    torch.testing.assert_close(auto_nce, info_nce(a, b, temperature=0.1, symmetric=True),
+                               **F64, atol=0.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(2, 30), block=st.integers(1, 35), symmetric=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_tiled_result_does_not_depend_on_the_block(batch: int, block: int, symmetric: bool,
+                                                   seed: int) -> None:
+    a, b = _pair(batch, 3, torch.float64, seed=seed)
+    whole = tiled_info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=batch)
+    tiles = tiled_info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=block)
+    torch.testing.assert_close(tiles, whole, **F64, atol=1e-12)
+
+
+def test_half_precision_inputs_are_computed_in_float32() -> None:
+    a, b = _pair(20, 8, torch.float32, seed=1)
+    a16, b16 = a.detach().bfloat16().requires_grad_(), b.detach().bfloat16().requires_grad_()
+    loss = tiled_clip_loss(a16, b16, 10.0, block_size=8)
+    assert loss.dtype == torch.float32
+    loss.backward()
+    assert a16.grad is not None and a16.grad.dtype == torch.bfloat16
+    want = clip_loss(a16.detach().float(), b16.detach().float(), 10.0)
+    torch.testing.assert_close(loss.detach(), want, rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_bad_block_size_values(bad: int) -> None:
+    a, b = _pair(6, 2, torch.float32, seed=0)
+    for call in (lambda: info_nce(a, b, block_size=bad),
+                 lambda: clip_loss(a, b, 2.0, block_size=bad),
+                 lambda: tiled_masked_row_logsumexp(a, b, 2.0, block_size=bad)):
+        with pytest.raises(CrlValueError, match=rf"block_size.*>= 1.*got {bad}"):
+            call()
+
+
+@pytest.mark.parametrize("bad", [2.5, True, "4", 4.0])
+def test_bad_block_size_types(bad: object) -> None:
+    a, b = _pair(6, 2, torch.float32, seed=0)
+    with pytest.raises(CrlTypeError, match=r"block_size.*integer"):
+        tiled_info_nce(a, b, block_size=bad)  # type: ignore[arg-type]
+    with pytest.raises(CrlTypeError, match=r"block_size.*integer"):
+        clip_loss(a, b, 1.0, block_size=bad)  # type: ignore[arg-type]
+
+
+def test_bad_masks_and_indices() -> None:
+    a, b = _pair(6, 2, torch.float32, seed=0)
+    with pytest.raises(CrlTypeError, match=r"negatives_mask.*TileMask"):
+        tiled_info_nce(a, b, negatives_mask=[[True]])  # type: ignore[arg-type]
+    with pytest.raises(CrlValueError, match=r"negatives_mask.*shape \(6, 6\)"):
+        tiled_info_nce(a, b, negatives_mask=torch.ones(5, 5, dtype=torch.bool))
+
+    class WrongShape:
+        def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
+            return torch.ones(rows_index.numel(), cols_index.numel() + 1, dtype=torch.bool)
+
+    with pytest.raises(CrlValueError, match=r"TileMask.mask.*shape \(4, 4\)"):
+        tiled_info_nce(a, b, negatives_mask=WrongShape(), block_size=4)
+
+    class NoNegatives:
+        def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
+            out = torch.ones(rows_index.numel(), cols_index.numel(), dtype=torch.bool)
+            out[rows_index == 2] = False
+            return out
+
+    with pytest.raises(CrlValueError, match=r"at least one negative.*first: \[2\]"):
+        tiled_info_nce(a, b, negatives_mask=NoNegatives(), block_size=4)
+    with pytest.raises(CrlValueError, match=r"`index` must have shape \(6,\)"):
+        tiled_info_nce(a, b, negatives_mask=HashMask(), index=torch.arange(5))
+    with pytest.raises(CrlTypeError, match="`index` must have an integer dtype"):
+        info_nce(a, b, negatives_mask=HashMask(), index=torch.zeros(6))
+    with pytest.raises(CrlValueError, match=r"scale.*positive"):
+        tiled_clip_loss(a, b, -1.0)
+    with pytest.raises(CrlValueError, match=r"columns=True.*per-anchor"):
+        tiled_masked_row_logsumexp(a, b, torch.ones(6), columns=True)
+    with pytest.raises(CrlValueError, match=r"1-D `scale` must have shape \(6,\)"):
+        tiled_masked_row_logsumexp(a, b, torch.ones(5))
