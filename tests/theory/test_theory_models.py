@@ -24,7 +24,6 @@ from crl.theory import (
     rotation_scorer,
 )
 
-
 # Monte Carlo sizes: the standard errors they give (about 0.005 for AUCs, 0.01 for risks) are
 # far below the size of the mistakes the tests guard against (a wrong constant or sign).
 ANCHORS = 6_000
@@ -247,9 +246,9 @@ def test_mean_shift_in_higher_dimension_and_log_ratio() -> None:
     assert x.shape == (5, 4) and x.dtype == torch.float64
     ref = (-((y - 0.9 * x) ** 2).sum(-1) + (y**2).sum(-1)) / (2 * 1.1**2)
     assert torch.allclose(model.log_density_ratio(x, y), ref)
-    risk = mc_risk(model, model.optimal_scorer(tau), tau, num_anchors=ANCHORS, num_negatives=NEGATIVES,
-                   generator=g)
-    auc = mc_auc(model, model.optimal_scorer(tau), num_anchors=ANCHORS, num_negatives=16, generator=g)
+    scorer = model.optimal_scorer(tau)
+    risk = mc_risk(model, scorer, tau, num_anchors=ANCHORS, num_negatives=NEGATIVES, generator=g)
+    auc = mc_auc(model, scorer, num_anchors=ANCHORS, num_negatives=16, generator=g)
     assert risk.contains(model.optimal_risk(tau)), (risk, model.optimal_risk(tau))
     assert auc.contains(model.optimal_auc()), (auc, model.optimal_auc())
     with pytest.raises(CrlValueError, match="dim=2"):

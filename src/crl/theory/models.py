@@ -192,7 +192,7 @@ class TabularModel(ExactModel):
         if np.any((self.p_pos > 0) & (self.p_neg_matrix == 0)):
             raise CrlValueError(f"{where}: `p_neg` must be > 0 wherever `p_pos` is (else "
                                 "KL(p+ || p-) and L* are infinite)")
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.log(self.p_pos) - np.log(self.p_neg_matrix)
         # Cells with p+ = p- = 0 never occur; give them a finite, irrelevant value.
         self.log_ratio: FloatArray = np.where(np.isnan(ratio), 0.0, ratio)
