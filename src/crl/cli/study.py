@@ -50,6 +50,21 @@ def negatives(
     _finish(outcome.study_dir, analysis.headline)
 
 
+@study_app.command("calibration")
+@handle_errors
+def calibration(preset: str = _PRESET, out: Path = _OUT, workers: int | None = _WORKERS,
+                no_progress: bool = _NO_PROGRESS) -> None:
+    """Excess AUC against excess risk along training, with the calibration bound.
+
+    Example: crl study calibration --preset quick
+    """
+    from crl.experiments.api import run_and_report
+
+    outcome, analysis = run_and_report("calibration", preset=preset, out=out, workers=workers,
+                                       progress=not no_progress)
+    _finish(outcome.study_dir, analysis.headline)
+
+
 @app.command("report")
 @handle_errors
 def report(study_dir: Path = typer.Argument(..., help="A study directory, e.g. runs/negatives.")

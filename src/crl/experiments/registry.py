@@ -9,9 +9,10 @@ from crl.experiments.study import Study
 
 
 def _studies() -> dict[str, type[Study]]:
+    from crl.experiments.calibration import CalibrationStudy
     from crl.experiments.negatives import NegativesStudy
 
-    studies: list[type[Study]] = [NegativesStudy]
+    studies: list[type[Study]] = [NegativesStudy, CalibrationStudy]
     return {s.name: s for s in studies}
 
 
