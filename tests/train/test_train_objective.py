@@ -1,0 +1,152 @@
+"""The training objective against loop references written from the formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from crl.losses import clip_loss, contrastive_risk, info_nce, relaxed_kmeans
+from crl.negatives import NegativesConfig, NegativeSets
+from crl.train import LossConfig, Objective
+
+
+def _pair(seed: int, b: int = 8, d: int = 4) -> tuple[Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    za = nn.functional.normalize(torch.randn(b, d, generator=gen, dtype=torch.float64), dim=1)
+    zb = nn.functional.normalize(torch.randn(b, d, generator=gen, dtype=torch.float64), dim=1)
+    return za, zb
+
+
+def _objective(negatives: NegativesConfig | None = None, n: int = 100,
+               labels: Tensor | None = None, **loss: object) -> Objective:
+    return Objective(LossConfig(**loss), negatives or NegativesConfig(), num_samples=n,
+                     labels=labels)
+
+
+def _ref_masked_info_nce(za: Tensor, zb: Tensor, mask: Tensor, tau: float,
+                         symmetric: bool) -> float:
+    """Loops: anchor i's candidates are its positive and the j with mask[i, j], j != i."""
+    b = za.shape[0]
+    directions = [(za, zb), (zb, za)] if symmetric else [(za, zb)]
+    total = 0.0
+    for q, c in directions:
+        losses = []
+        for i in range(b):
+            negs = [j for j in range(b) if j != i and bool(mask[i, j])]
+            if not negs:
+                continue
+            pos = float(q[i] @ c[i]) / tau
+            denom = math.exp(pos) + sum(math.exp(float(q[i] @ c[j]) / tau) for j in negs)
+            losses.append(-(pos - math.log(denom)))
+        total += sum(losses) / len(losses)
+    return total / len(directions)
+
+
+def test_info_nce_in_batch_is_the_library_loss() -> None:
+    za, zb = _pair(0)
+    obj = _objective(temperature=0.3, symmetric=True)
+    loss, _ = obj(za, zb, torch.arange(8), None, nn.Module())
+    assert float(loss) == pytest.approx(
+        float(info_nce(za, zb, temperature=0.3, symmetric=True)), rel=1e-12)
+
+
+@pytest.mark.parametrize("regime", ["shared", "independent"])
+def test_info_nce_with_negative_sets_drops_anchors_without_negatives(regime: str) -> None:
+    za, zb = _pair(1, b=10)
+    sets = NegativeSets(100, 6, regime=regime, seed=2)  # type: ignore[arg-type]
+    if regime == "shared":
+        # One member of the shared set S in the batch: it is the only anchor without a negative.
+        inside = sets.members().tolist()
+        index = torch.tensor([inside[0], *[j for j in range(100) if j not in inside][:9]])
+    else:
+        index = torch.tensor([3, 17, 25, 40, 41, 58, 66, 70, 88, 99])
+    mask = sets.batch_mask(index)
+    has = mask.any(dim=1)
+    assert bool(has.any()) and not bool(has.all())
+    cfg = NegativesConfig(regime=regime, m=6, seed=2)  # type: ignore[arg-type]
+    loss, _ = _objective(cfg, temperature=0.5, symmetric=True)(za, zb, index, None, nn.Module())
+    assert float(loss) == pytest.approx(_ref_masked_info_nce(za, zb, mask, 0.5, True), rel=1e-10)
+
+
+def test_supcon_without_labels_is_nt_xent() -> None:
+    za, zb = _pair(2, b=5)
+    tau = 0.2
+    loss, _ = _objective(name="supcon", temperature=tau)(za, zb, torch.arange(5), None,
+                                                         nn.Module())
+    z = torch.cat([za, zb])  # SimCLR: the positive of view i is the other view of its image
+    terms = []
+    for i in range(10):
+        j = (i + 5) % 10
+        denom = sum(math.exp(float(z[i] @ z[k]) / tau) for k in range(10) if k != i)
+        terms.append(-(float(z[i] @ z[j]) / tau - math.log(denom)))
+    assert float(loss) == pytest.approx(sum(terms) / 10, rel=1e-10)
+    labelled, _ = _objective(name="supcon", temperature=tau)(
+        za, zb, torch.arange(5), torch.tensor([0, 0, 1, 1, 1]), nn.Module())
+    assert float(labelled) != pytest.approx(float(loss))
+
+
+def test_clip_uses_the_model_logit_scale() -> None:
+    za, zb = _pair(3)
+    model = nn.Module()
+    model.logit_scale = nn.Parameter(torch.tensor(2.0, dtype=torch.float64))
+    loss, logs = _objective(name="clip")(za, zb, torch.arange(8), None, model)
+    assert float(loss.detach()) == pytest.approx(float(clip_loss(za, zb, math.exp(2.0))),
+                                                 rel=1e-12)
+    assert logs["train/logit_scale"] == pytest.approx(math.exp(2.0))
+    loss.backward()
+    assert model.logit_scale.grad is not None and float(model.logit_scale.grad) != 0
+
+
+def test_siglip_owns_trainable_scale_and_bias() -> None:
+    za, zb = _pair(4)
+    obj = _objective(name="siglip")
+    assert {"siglip_scale", "siglip_bias"} <= set(obj.state_dict())
+    loss, logs = obj(za.float(), zb.float(), torch.arange(8), None, nn.Module())
+    loss.backward()
+    assert obj.siglip_scale is not None and obj.siglip_scale.grad is not None
+    assert logs["train/logit_bias"] == -10.0
+    frozen = _objective(name="siglip", learnable_scale=False)
+    assert all(not p.requires_grad for p in frozen.parameters())
+
+
+def test_oce_kl_is_the_contrastive_risk() -> None:
+    za, zb = _pair(5)
+    loss, _ = _objective(name="oce", temperature=0.4, symmetric=False)(
+        za, zb, torch.arange(8), None, nn.Module())
+    assert float(loss) == pytest.approx(float(contrastive_risk(za, zb, temperature=0.4)),
+                                        rel=1e-10)
+
+
+def test_kmeans_regulariser_is_added() -> None:
+    za, zb = _pair(6)
+    plain, _ = _objective(temperature=0.3)(za, zb, torch.arange(8), None, nn.Module())
+    reg, logs = _objective(temperature=0.3, kmeans_weight=0.5, kmeans_k=2)(
+        za, zb, torch.arange(8), None, nn.Module())
+    extra = 0.5 * (float(relaxed_kmeans(za, 2)) + float(relaxed_kmeans(zb, 2)))
+    assert float(reg) == pytest.approx(float(plain) + 0.5 * extra, rel=1e-10)
+    assert logs["train/relaxed_kmeans"] == pytest.approx(extra)
+
+
+def test_exclude_same_label_in_batch() -> None:
+    za, zb = _pair(7, b=6)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    obj = _objective(NegativesConfig(exclude_same_label=True), labels=labels.repeat(20)[:100],
+                     temperature=0.5, symmetric=False)
+    loss, _ = obj(za, zb, torch.arange(6), labels, nn.Module())
+    mask = labels.unsqueeze(0) != labels.unsqueeze(1)
+    assert float(loss) == pytest.approx(_ref_masked_info_nce(za, zb, mask, 0.5, False), rel=1e-10)
+
+
+def test_gcl_updates_its_state() -> None:
+    za, zb = _pair(8)
+    obj = _objective(NegativesConfig(regime="shared", m=50), name="gcl", temperature=0.5)
+    index = torch.arange(10, 18)
+    assert obj.gcl is not None and bool(torch.isnan(obj.gcl.log_u_a2b[index]).all())
+    loss, logs = obj(za, zb, index, None, nn.Module())
+    assert math.isfinite(float(loss)) and logs["train/gcl_gamma"] == 0.9
+    has = NegativeSets(100, 50, regime="shared").batch_mask(index).any(dim=1)
+    assert bool(torch.isfinite(obj.gcl.log_u_a2b[index][has]).all())
+    assert {"gcl.log_u_a2b", "gcl.log_u_b2a"} <= set(obj.state_dict())
