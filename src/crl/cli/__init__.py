@@ -42,10 +42,11 @@ def _root(
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
+    from crl.cli import bench as _bench  # noqa: F401
     from crl.cli import eval as _eval  # noqa: F401
     from crl.cli import info as _info  # noqa: F401
-    from crl.cli import train as _train  # noqa: F401
     from crl.cli import study as _study  # noqa: F401
+    from crl.cli import train as _train  # noqa: F401
 
 
 _register()

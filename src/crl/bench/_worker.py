@@ -1,0 +1,135 @@
+"""The process a benchmark measurement runs in: ``python -m crl.bench._worker < tasks.json``.
+
+Reads a JSON list of tasks from stdin, runs them in order and prints one JSON list of results on
+stdout. A task is a dict with ``kind`` in ``matmul``, ``loss``, ``retrieval`` (see the
+``_run_*`` functions); each result carries the best time in seconds, the resident memory when the
+task started (``baseline_rss``) and the process's peak resident memory after it (``peak_rss``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from crl.bench._measure import best_time, current_rss, matmul_gflops, peak_rss
+
+
+def _pairs(n: int, dim: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Unit-norm ``(n, dim)`` pairs whose partners are noisy copies (a partly trained model)."""
+    gen = torch.Generator().manual_seed(seed)
+    a = F.normalize(torch.randn(n, dim, generator=gen), dim=1)
+    noise = torch.randn(n, dim, generator=gen)
+    b = F.normalize(a + noise.mul_(1.5), dim=1)
+    return a, b
+
+
+def open_clip_loss(a: Tensor, b: Tensor, scale: Tensor) -> Tensor:
+    """open_clip's ``ClipLoss`` on one process (two products, cross-entropy both ways)."""
+    labels = torch.arange(a.shape[0])
+    return (F.cross_entropy(scale * a @ b.T, labels) + F.cross_entropy(scale * b @ a.T, labels)) / 2
+
+
+def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    import crl.losses.tiled as tiled
+    from crl.losses import clip_loss, tiled_clip_loss
+
+    if impl == "open_clip":
+        return open_clip_loss
+    if impl == "plain":
+        # crl's plain (B, B) path at any batch size.
+        tiled.PLAIN_MAX_BATCH = 1 << 62
+        return lambda a, b, s: clip_loss(a, b, s)
+    if impl == "tiled":
+        return lambda a, b, s: tiled_clip_loss(a, b, s, block_size=block_size)
+    raise ValueError(f"unknown loss implementation {impl!r}")
+
+
+def _run_loss(task: dict[str, Any]) -> dict[str, Any]:
+    """Forward + backward of the CLIP loss on ``(batch, dim)`` float32 embeddings."""
+    baseline = current_rss()
+    a0, b0 = _pairs(task["batch"], task["dim"], task.get("seed", 0))
+    a, b = a0.requires_grad_(True), b0.requires_grad_(True)
+    scale = torch.tensor(task.get("scale", 1 / 0.07), requires_grad=True)
+    fn = _loss_fn(task["impl"], task.get("block_size"))
+    values: list[float] = []
+
+    def step() -> None:
+        a.grad = b.grad = scale.grad = None
+        loss = fn(a, b, scale)
+        loss.backward()  # type: ignore[no-untyped-call]
+        values.append(float(loss.detach()))
+
+    seconds, times = best_time(step, task.get("repeats", 1), task.get("warmup", 0))
+    grad_norm = float(torch.cat([a.grad.flatten(), b.grad.flatten()]).norm())  # type: ignore[union-attr]
+    return {"seconds": seconds, "times": times, "loss": values[-1], "grad_norm": grad_norm,
+            "scale_grad": float(scale.grad),  # type: ignore[arg-type]
+            "baseline_rss": baseline, "peak_rss": peak_rss()}
+
+
+def _ranks_from_topk(labels: Any, k: int) -> dict[str, float]:
+    import numpy as np
+
+    hits = labels == np.arange(labels.shape[0])[:, None]  # (N, k)
+    return {f"x2y_recall@{j}": float(hits[:, :j].any(axis=1).mean()) for j in (1, 5, k)}
+
+
+def _run_retrieval(task: dict[str, Any]) -> dict[str, Any]:
+    """All of ``retrieval_metrics`` (``impl="crl"``) or a faiss ``IndexFlatIP`` top-k search."""
+    # Imported before the baseline so that libraries count in it, not in the measurement.
+    if task["impl"] == "faiss":
+        import faiss
+    from crl.eval import retrieval_metrics
+
+    baseline = current_rss()
+    a, b = _pairs(task["n"], task["dim"], task.get("seed", 0))
+    k = task.get("k", 10)
+    out: dict[str, Any] = {}
+    if task["impl"] == "crl":
+
+        def run() -> None:
+            out.update(retrieval_metrics(a, b, ks=(1, 5, k), block_size=task.get("block_size",
+                                                                                   4096)))
+    elif task["impl"] == "faiss":
+        a_np, b_np = a.numpy(), b.numpy()
+
+        def run() -> None:
+            index = faiss.IndexFlatIP(b_np.shape[1])
+            index.add(b_np)
+            _, labels = index.search(a_np, k)
+            out.update(_ranks_from_topk(labels, k))
+    else:
+        raise ValueError(f"unknown retrieval implementation {task['impl']!r}")
+    seconds, times = best_time(run, task.get("repeats", 1), task.get("warmup", 0))
+    return {"seconds": seconds, "times": times, "metrics": out, "baseline_rss": baseline,
+            "peak_rss": peak_rss()}
+
+
+def _run_matmul(task: dict[str, Any]) -> dict[str, Any]:
+    return {"gflops": matmul_gflops(task["n"], task.get("repeats", 3))}
+
+
+_KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "loss": _run_loss,
+    "retrieval": _run_retrieval,
+    "matmul": _run_matmul,
+}
+
+
+def main() -> None:
+    """Run the tasks read from stdin; print their results as one JSON line."""
+    tasks = json.loads(sys.stdin.read())
+    results = []
+    for task in tasks:
+        result = _KINDS[task["kind"]](task)
+        results.append({**task, **result})
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

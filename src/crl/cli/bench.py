@@ -1,0 +1,79 @@
+"""``crl bench loss | retrieval``: side-by-side benchmarks, written as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from crl.cli import app
+from crl.cli._common import handle_errors
+
+bench_app = typer.Typer(
+    help="Benchmarks of crl against the straightforward implementation, side by side.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _progress(name: str) -> None:
+    print(f"running {name} ...", file=sys.stderr, flush=True)
+
+
+@bench_app.command("loss")
+@handle_errors
+def loss(
+    quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke run (checks it runs)."),
+    out: Path = typer.Option(Path("benchmarks/results/loss.json"), "--out",
+                             help="Where to write the JSON results."),
+    batch_sizes: str = typer.Option("", "--batch-sizes",
+                                    help="Comma-separated batch sizes (default: the issue's)."),
+    block_size: int = typer.Option(0, "--block-size", help="Tile side (0: the default)."),
+) -> None:
+    """Tiled vs plain CLIP loss (D = 256, float32): time, peak memory, matmul efficiency.
+
+    Example: crl bench loss --quick --out /tmp/loss.json
+    """
+    from crl.bench import format_loss_table, run_loss_benchmark, write_result
+    from crl.errors import CrlValueError
+
+    try:
+        sizes = [int(s) for s in batch_sizes.split(",") if s.strip()] or None
+    except ValueError:
+        raise CrlValueError(
+            f"crl bench loss: --batch-sizes must be comma-separated integers; got {batch_sizes!r}"
+        ) from None
+    result = run_loss_benchmark(batch_sizes=sizes, quick=quick,
+                                block_size=block_size or None, progress=_progress)
+    path = write_result(result, out)
+    print(format_loss_table(result))
+    if "targets" in result:
+        print(json.dumps(result["targets"], indent=2))
+    print(f"wrote {path}")
+
+
+@bench_app.command("retrieval")
+@handle_errors
+def retrieval(
+    quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke run (checks it runs)."),
+    out: Path = typer.Option(Path("benchmarks/results/retrieval.json"), "--out",
+                             help="Where to write the JSON results."),
+    n: int = typer.Option(100_000, "--n", help="Queries and candidates."),
+    block_size: int = typer.Option(4096, "--block-size", help="retrieval_metrics block size."),
+) -> None:
+    """All retrieval metrics (crl, blockwise) vs a faiss IndexFlatIP top-10 search.
+
+    Example: crl bench retrieval --quick --out /tmp/retrieval.json
+    """
+    from crl.bench import run_retrieval_benchmark, write_result
+
+    result = run_retrieval_benchmark(n=n, block_size=block_size, quick=quick,
+                                     progress=_progress)
+    path = write_result(result, out)
+    summary = {key: result[key] for key in ("crl", "faiss", "time_ratio_crl_vs_faiss")}
+    for key in ("crl", "faiss"):
+        summary[key] = {k: v for k, v in summary[key].items() if k != "metrics"}
+    print(json.dumps({**summary, "targets": result.get("targets")}, indent=2))
+    print(f"wrote {path}")

@@ -1,0 +1,59 @@
+"""The benchmarks' quick mode runs end to end (worker process, JSON, CLI); speed is not checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from crl.bench import run_retrieval_benchmark
+from crl.bench.loss import loss_targets, plain_memory_estimate
+from crl.cli import app
+
+
+def test_crl_bench_loss_quick_writes_consistent_results(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "loss.json"
+    result = CliRunner().invoke(app, ["bench", "loss", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "loss" and data["quick"] is True and "targets" not in data
+    assert data["matmul_gflops"] > 0
+    assert len(data["machine_before"]["loadavg_1_5_15min"]) == 3
+    (row,) = data["rows"]
+    for impl in ("open_clip", "plain", "tiled"):
+        assert row[impl]["seconds"] > 0
+        assert row[impl]["peak_above_baseline_gib"] >= 0
+    # The three implementations compute the same loss and gradients.
+    assert row["loss_rel_diff_vs_open_clip"] < 1e-5 and row["loss_rel_diff_vs_plain"] < 1e-5
+    for key in ("grad_norm", "scale_grad"):
+        assert row["tiled"][key] == pytest.approx(row["plain"][key], rel=1e-4)
+    assert "| 300 |" in result.output
+
+
+def test_loss_targets_and_memory_estimate() -> None:
+    rows = [
+        {"batch": 8192, "time_ratio_tiled_vs_plain": 0.9, "tiled_fraction_of_matmul": 0.4,
+         "tiled": {"peak_above_baseline_gib": 0.2, "seconds": 1.0}},
+        {"batch": 32768, "time_ratio_tiled_vs_plain": 0.7, "tiled_fraction_of_matmul": 0.6,
+         "tiled": {"peak_above_baseline_gib": 0.5, "seconds": 9.0}},
+    ]
+    targets = loss_targets(rows)
+    assert targets["B=8192 tiled time <= 1.0 x plain"]["met"] is True
+    assert targets["B=32768 tiled time <= 0.6 x plain"]["met"] is False
+    assert targets["B=32768 tiled peak memory < 1 GiB above baseline"]["met"] is True
+    assert targets["tiled >= 50% of matmul throughput at B >= 16384"] == {
+        "value": {32768: 0.6}, "met": True}
+    assert plain_memory_estimate(32768) == 16 * 1024**3
+
+
+def test_bench_retrieval_quick_agrees_with_faiss() -> None:
+    pytest.importorskip("faiss")
+    data = run_retrieval_benchmark(quick=True)
+    assert data["config"]["n"] == 2000 and "targets" not in data
+    assert data["crl"]["seconds"] > 0 and data["faiss"]["seconds"] > 0
+    assert data["time_ratio_crl_vs_faiss"] > 0
+    for ours, theirs in data["x2y_recall_crl_vs_faiss"].values():
+        assert ours == pytest.approx(theirs, abs=2 / 2000)  # float rounding may swap a near-tie
+    assert 0.0 <= data["crl"]["metrics"]["retrieval/y2x_auc"] <= 1.0
