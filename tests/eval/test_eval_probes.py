@@ -89,3 +89,15 @@ def test_probe_errors() -> None:
         linear_probe(x, torch.zeros(10, dtype=torch.long), x, y)
     with pytest.raises(CrlValueError, match="< 3"):
         zero_shot(x, torch.eye(3), y + 1)
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 64])
+def test_heldout_risk_matches_contrastive_risk(block_size: int) -> None:
+    from crl.eval import heldout_contrastive_risk
+    from crl.losses import contrastive_risk
+
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(13, 3, generator=gen).double(), torch.randn(13, 3, generator=gen).double()
+    want = float(contrastive_risk(a, b, temperature=0.3))
+    got = heldout_contrastive_risk(a, b, temperature=0.3, block_size=block_size)
+    assert got == pytest.approx(want, rel=1e-10)
