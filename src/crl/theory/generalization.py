@@ -48,6 +48,7 @@ class InnerOuterError:
         population_risk: The exact ``L``.
         mean_empirical_risk: The mean of ``L_hat`` over repetitions.
         inner_mean: Mean of ``L_n - L_hat`` (estimates the finite-m bias, >= 0 by Jensen).
+        inner_stderr: Standard error of ``inner_mean``.
         inner_rms: Root-mean-square of ``L_n - L_hat``.
         outer_mean: Mean of ``L - L_n`` (about 0).
         outer_rms: Root-mean-square of ``L - L_n`` (about ``sd / sqrt(n)``).
@@ -63,6 +64,7 @@ class InnerOuterError:
     population_risk: float
     mean_empirical_risk: float
     inner_mean: float
+    inner_stderr: float
     inner_rms: float
     outer_mean: float
     outer_rms: float
@@ -126,7 +128,9 @@ def inner_outer_error(model: ExactModel, scorer: Any, tau: float, *, n: int, m: 
     return InnerOuterError(
         n=n, m=m, shared=shared, repetitions=repetitions, population_risk=population,
         mean_empirical_risk=mean_emp,
-        inner_mean=float(inner_a.mean()), inner_rms=float(np.sqrt(np.mean(inner_a**2))),
+        inner_mean=float(inner_a.mean()),
+        inner_stderr=float(inner_a.std(ddof=1) / math.sqrt(repetitions)),
+        inner_rms=float(np.sqrt(np.mean(inner_a**2))),
         outer_mean=float(outer_a.mean()), outer_rms=float(np.sqrt(np.mean(outer_a**2))),
         expected_gap=population - mean_emp,
         expected_gap_stderr=float(emp_a.std(ddof=1) / math.sqrt(repetitions)),
