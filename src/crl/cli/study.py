@@ -50,19 +50,26 @@ def negatives(
     _finish(outcome.study_dir, analysis.headline)
 
 
-@study_app.command("calibration")
-@handle_errors
-def calibration(preset: str = _PRESET, out: Path = _OUT, workers: int | None = _WORKERS,
+def _simple(name: str, doc: str) -> None:
+    def command(preset: str = _PRESET, out: Path = _OUT, workers: int | None = _WORKERS,
                 no_progress: bool = _NO_PROGRESS) -> None:
-    """Excess AUC against excess risk along training, with the calibration bound.
+        from crl.experiments.api import run_and_report
 
-    Example: crl study calibration --preset quick
-    """
-    from crl.experiments.api import run_and_report
+        outcome, analysis = run_and_report(name, preset=preset, out=out, workers=workers,
+                                           progress=not no_progress)
+        _finish(outcome.study_dir, analysis.headline)
 
-    outcome, analysis = run_and_report("calibration", preset=preset, out=out, workers=workers,
-                                       progress=not no_progress)
-    _finish(outcome.study_dir, analysis.headline)
+    command.__doc__ = doc
+    study_app.command(name)(handle_errors(command))
+
+
+_simple("calibration", "Excess AUC against excess risk along training, with the calibration "
+        "bound; the hinge loss shown inconsistent.\n\nExample: crl study calibration")
+_simple("imbalance", "Digits at imbalance ratios 1 to 100: supervised training against "
+        "contrastive pre-training (with and without relaxed k-means).\n\n"
+        "Example: crl study imbalance --preset quick")
+_simple("gcl", "Small-batch GCL against mini-batch InfoNCE at B in {16, 64, 256, full}.\n\n"
+        "Example: crl study gcl --preset quick")
 
 
 @app.command("report")
