@@ -109,7 +109,7 @@ def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
         (0.5, 1.0, 0.0)
     """
     if step < cfg.warmup_steps:
-        return (step + 1) / (cfg.warmup_steps + 1)
+        return (step + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
         return 1.0
     span = max(total - cfg.warmup_steps, 1)
