@@ -1,0 +1,77 @@
+"""Run-directory files: atomic writes, the JSON-lines reader, checkpoint checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from crl.errors import CrlError, CrlValueError
+from crl.train.checkpoint import CHECKPOINT_KEYS, load_checkpoint, save_checkpoint
+from crl.train.rundir import (
+    append_jsonl,
+    atomic_write,
+    read_json,
+    read_jsonl,
+    rewrite_jsonl,
+    write_json,
+)
+
+
+def test_failed_atomic_write_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "summary.json"
+    write_json(target, {"a": 1})
+
+    def broken(handle: object) -> None:
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(target, broken)  # type: ignore[arg-type]
+    assert read_json(target) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left
+
+
+def test_json_writes_nan_as_null_and_reads_back(tmp_path: Path) -> None:
+    write_json(tmp_path / "x.json", {"loss": float("nan"), "nested": {"v": [1.0, float("inf")]}})
+    assert read_json(tmp_path / "x.json") == {"loss": None, "nested": {"v": [1.0, None]}}
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(CrlValueError, match="JSON object"):
+        read_json(tmp_path / "bad.json")
+
+
+def test_jsonl_reader(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    assert read_jsonl(path) == []
+    for step in range(3):
+        append_jsonl(path, {"step": step})
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2]
+    with open(path, "a") as handle:
+        handle.write('{"step": 3, "tr')  # torn by a crash
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2]
+    rewrite_jsonl(path, [{"step": 0}])
+    assert path.read_text() == '{"step": 0}\n'
+    path.write_text('{"step": 0}\nnot json\n{"step": 2}\n')
+    with pytest.raises(CrlValueError, match="line 2"):
+        read_jsonl(path)
+
+
+def test_checkpoint_round_trip_and_checks(tmp_path: Path) -> None:
+    state = dict.fromkeys(CHECKPOINT_KEYS, 0)
+    state.update(model={"w": torch.arange(3.0)}, config_hash="abcd1234", crl_version="0.1.0")
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, state)
+    loaded = load_checkpoint(path, config_hash="abcd1234")
+    assert torch.equal(loaded["model"]["w"], torch.arange(3.0))
+    with pytest.raises(CrlError, match="belongs to config abcd1234"):
+        load_checkpoint(path, config_hash="ffff0000")
+    with pytest.raises(CrlError, match="lacks"):
+        save_checkpoint(path, {"model": {}})
+    with pytest.raises(CrlError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    path.write_bytes(b"garbage")
+    with pytest.raises(CrlError, match="truncated or corrupt"):
+        load_checkpoint(path)
+    torch.save({"model": 1}, path)
+    with pytest.raises(CrlError, match="not a crl checkpoint"):
+        load_checkpoint(path)
