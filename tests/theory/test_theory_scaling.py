@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crl.errors import CrlTypeError, CrlValueError
 from crl.theory import fit_critical_m
@@ -134,10 +136,29 @@ def test_aic_prefers_the_true_family() -> None:
     assert fit.exponential_m0 == pytest.approx(40, rel=0.1)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([10, 100, 1000, -5]),
+                          st.sampled_from([0, 1, 2, 4, 8, 1e6, float("nan")]),
+                          st.sampled_from(["a", "b"]),
+                          st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                    st.none())),
+                min_size=0, max_size=40),
+       st.floats(1e-6, 10.0))
+def test_never_crashes_on_ragged_noisy_tables(rows: list[tuple[object, ...]],
+                                              tolerance: float) -> None:
+    table = [{"n": n, "m": m, "regime": r, "metric": v} for n, m, r, v in rows]
+    res = fit_critical_m(table, tolerance, num_bootstrap=20)
+    json.dumps(res.to_dict(), allow_nan=False)
+    for fit in res.fits:
+        assert math.isfinite(fit.m_star) or fit.reason
+
+
 def test_bad_input() -> None:
     with pytest.raises(CrlValueError, match="lacks column"):
         fit_critical_m([{"n": 1, "m": 1}], 0.1)
     with pytest.raises(CrlValueError, match="tolerance"):
         fit_critical_m([{"n": 1, "m": 1, "metric": 0.1}], 0.0)
+    with pytest.raises(CrlValueError, match="same length"):
+        fit_critical_m({"n": [1, 2], "m": [1], "metric": [0.1, 0.2]}, 0.1)
     with pytest.raises(CrlTypeError, match="results"):
         fit_critical_m("results.csv", 0.1)

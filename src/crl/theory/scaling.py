@@ -244,9 +244,11 @@ def _fit_one(regime: str, n: float, m: FloatArray, e: FloatArray, tolerance: flo
     elif not math.isfinite(r):
         reason = "the fit failed (non-finite residuals)"
     else:
-        m_star = (amp / tolerance) ** (1.0 / b)
-        if not math.isfinite(m_star):
-            reason, m_star = "m* overflows: beta too small for this tolerance", _NAN
+        log_m_star = math.log(amp / tolerance) / b
+        if log_m_star > 700.0:
+            reason = f"m* overflows (log m* = {log_m_star:.3g}): beta too small for this tolerance"
+        else:
+            m_star = math.exp(log_m_star)
     m_ci = _interval(boot_m, confidence) if valid >= 0.5 else nan2
     fit = PowerLawFit(
         regime=regime, n=n, num_points=int(m.size), num_m=num_m, e_inf=e_inf,
@@ -322,13 +324,20 @@ def fit_critical_m(results: Any, tolerance: float, *, metric: str = "metric",
     if not 0.0 < confidence < 1.0:
         raise CrlValueError(f"{where}: `confidence` must be in (0, 1); got {confidence}")
     cols = _columns(results)
+    if not cols or all(np.asarray(v).size == 0 for v in cols.values()):
+        return CriticalMResult(tolerance=float(tolerance), metric=metric,
+                               higher_is_better=higher_is_better, fits=(), regimes={},
+                               dropped_rows=0, notes=("empty results table",))
     missing = [c for c in ("n", "m", metric) if c not in cols]
     if missing:
         raise CrlValueError(f"{where}: the results table lacks column(s) {missing}; it has "
                             f"{sorted(cols)} (set `metric=` to the metric's column name)")
-    n_all, m_all, v_all = (_as_float(np.asarray(cols[k])) for k in ("n", "m", metric))
+    lengths = {k: int(np.asarray(v).reshape(-1).shape[0]) for k, v in cols.items()}
+    if len(set(lengths.values())) > 1:
+        raise CrlValueError(f"{where}: all columns must have the same length; got {lengths}")
+    n_all, m_all, v_all = (_as_float(np.asarray(cols[k]).reshape(-1)) for k in ("n", "m", metric))
     size = n_all.size
-    regime_all = (np.asarray([str(r) for r in np.asarray(cols["regime"]).tolist()])
+    regime_all = (np.asarray([str(r) for r in np.asarray(cols["regime"]).reshape(-1).tolist()])
                   if "regime" in cols else np.full(size, "all"))
     err_all = 1.0 - v_all if higher_is_better else v_all
     keep = np.isfinite(n_all) & np.isfinite(m_all) & np.isfinite(err_all) & (m_all > 0) \
