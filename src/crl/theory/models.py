@@ -423,14 +423,3 @@ class LatentClassModel(TabularModel):
         """``E* = 1 - sum_c pi_c^2 / 2`` in closed form."""
         return float(1.0 - 0.5 * np.sum(self.class_probs**2))
 
-
-def entropy(probs: Any) -> float:
-    """Shannon entropy ``H(pi) = -sum pi log pi`` in nats.
-
-    Example:
-        >>> round(entropy([0.5, 0.5]), 6)  # log 2
-        0.693147
-    """
-    pi = _probabilities("entropy", "probs", probs, 1)
-    nz = pi[pi > 0]
-    return float(-np.sum(nz * np.log(nz)))
