@@ -177,7 +177,7 @@ class NegativesStudy(Study):
         higher = _higher_is_better(self.metric)
         fitted = fit_critical_m(rows, self.tolerance, metric=self.metric,
                                 higher_is_better=higher, num_bootstrap=300, seed=0)
-        theory = _theory_check(study_dir)
+        theory = _theory_check(study_dir, self.preset)
         figures = [
             _plot_curves(rows, fitted, self.metric, higher, study_dir),
             _plot_m_star(fitted, study_dir),
@@ -232,7 +232,7 @@ def _higher_is_better(metric: str) -> bool:
     return not any(key in lowered for key in ("loss", "risk", "rank", "error"))
 
 
-def _theory_check(study_dir: Path) -> dict[str, Any]:
+def _theory_check(study_dir: Path, preset: str) -> dict[str, Any]:
     """Inner-error rates on an exact model (cached in the study directory: reports stay
     rebuildable from files)."""
     path = study_dir / "theory_check.json"
@@ -246,12 +246,14 @@ def _theory_check(study_dir: Path) -> dict[str, Any]:
 
     model = GaussianMeanShift(1.0, 1.0)
     scorer = rotation_scorer(0.8, 0.3)
-    ms = [4, 8, 16, 32, 64, 128]
+    small = preset == "smoke"
+    ms = [4, 16, 64] if small else [4, 8, 16, 32, 64, 128]
+    n, repetitions = (512, 8) if small else (4096, 40)
     out: dict[str, Any] = {"model": "GaussianMeanShift(a=1, sigma=1), scorer 0.8 R(0.3)",
-                           "tau": 1.0, "n": 4096, "m": ms}
+                           "tau": 1.0, "n": n, "m": ms}
     for shared in (False, True):
-        rms = [inner_outer_error(model, scorer, 1.0, n=4096, m=m, shared=shared,
-                                 repetitions=40,
+        rms = [inner_outer_error(model, scorer, 1.0, n=n, m=m, shared=shared,
+                                 repetitions=repetitions,
                                  generator=torch.Generator().manual_seed(m)).inner_rms for m in ms]
         rate = fit_rate(ms, rms)
         key = "shared" if shared else "independent"
