@@ -106,12 +106,13 @@ def test_prepare_text_datasets(cache_root: Path) -> None:
     _x, _y, index, label = prepared[1]
     assert (index, label) == (1, 1)
     za, zb = bag(*prepared.eval_views())
-    assert za.shape == zb.shape == (2, 16) and not bag.shared
+    assert za.shape == zb.shape == (2, 16) and bag.shared
+    assert not build_model(ModelConfig(shared_tower=False), TEXT).shared
     frozen = build_model(ModelConfig(kind="frozen_minilm", embed_dim=8,
                                      cache_dir=str(cache_root)), TEXT)
     feats = frozen.prepare(ds)
     assert feats.eval_views()[1].shape == (2, 384)
-    assert frozen.encode_a(feats.eval_views()[0]).shape == (2, 8)
+    assert frozen.encode_a(feats.eval_views()[0]).shape == (2, 8) and not frozen.shared
     raw = build_model(ModelConfig(kind="frozen_minilm", head="none", embed_dim=384,
                                   cache_dir=str(cache_root)), TEXT)
     a, _b = raw.prepare(ds).eval_views()

@@ -118,7 +118,11 @@ def build_model(cfg: ModelConfig, info: DataInfo) -> DualEncoder:
         (True, torch.Size([3, 32]))
     """
     kind = resolve_kind(cfg, info)
-    shared = cfg.shared_tower if cfg.shared_tower is not None else info.kind == "image"
+    # One tower by default for two views of an image, and for bags of tokens: docstrings and
+    # code share words, and a shared embedding table learns from both sides (on pycode stdlib
+    # pairs it reached recall@1 0.30 where two separate tables reached 0.08; docs/data.md).
+    default_shared = info.kind == "image" or kind == "embedding_bag"
+    shared = cfg.shared_tower if cfg.shared_tower is not None else default_shared
     featurizer: TextFeaturizer | None = None
     if info.kind == "text":
         featurizer, size = _text_featurizer(kind, cfg)

@@ -31,7 +31,8 @@ class ModelConfig(BaseModel):
         head: Projection head after the backbone of ``cnn``, ``frozen_minilm`` and
             ``embedding_bag`` towers: ``none`` (``frozen_minilm`` then needs ``embed_dim=384``
             and gives the zero-shot MiniLM baseline), ``linear`` or ``mlp``.
-        shared_tower: One tower for both views (SimCLR-style); None: True for images, else False.
+        shared_tower: One tower for both views (SimCLR-style); None: True for images and for
+            ``embedding_bag`` text towers, else False.
         normalize: L2-normalise the outputs.
         init_logit_scale: Initial ``log(1/tau)`` (CLIP: ``log(1/0.07)``).
         learn_logit_scale: Train ``logit_scale`` (else it stays at its initial value).
@@ -57,7 +58,7 @@ class ModelConfig(BaseModel):
     learn_logit_scale: bool = True
     max_logit_scale: float = Field(100.0, gt=0)
     cnn_channels: list[int] = Field(default_factory=lambda: [32, 64], min_length=1)
-    token_dim: int = Field(256, ge=1)
+    token_dim: int = Field(128, ge=1)
     max_tokens: int = Field(128, ge=1)
     bigram_buckets: int = Field(0, ge=0)
     text_batch_size: int = Field(64, ge=1)
