@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crl.bench import run_retrieval_benchmark
+from crl.bench._measure import run_in_subprocess
 from crl.bench.loss import loss_targets, plain_memory_estimate
 from crl.cli import app
 
@@ -57,3 +58,12 @@ def test_bench_retrieval_quick_agrees_with_faiss() -> None:
     for ours, theirs in data["x2y_recall_crl_vs_faiss"].values():
         assert ours == pytest.approx(theirs, abs=2 / 2000)  # float rounding may swap a near-tie
     assert 0.0 <= data["crl"]["metrics"]["retrieval/y2x_auc"] <= 1.0
+
+
+def test_worker_process_reports_time_and_memory() -> None:
+    (result,) = run_in_subprocess([{"kind": "loss", "impl": "tiled", "batch": 64, "dim": 8,
+                                    "block_size": 16, "repeats": 2, "warmup": 1}])
+    assert result["impl"] == "tiled" and len(result["times"]) == 2
+    assert result["seconds"] == min(result["times"]) > 0
+    assert result["peak_rss"] >= result["baseline_rss"] > 0
+    assert result["loss"] > 0 and result["grad_norm"] > 0

@@ -42,9 +42,16 @@ def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Ten
     if impl == "open_clip":
         return open_clip_loss
     if impl == "plain":
-        # crl's plain (B, B) path at any batch size.
-        tiled.PLAIN_MAX_BATCH = 1 << 62
-        return lambda a, b, s: clip_loss(a, b, s)
+
+        def plain(a: Tensor, b: Tensor, s: Tensor) -> Tensor:
+            # crl's plain (B, B) path at any batch size (the switch is restored at once).
+            saved, tiled.PLAIN_MAX_BATCH = tiled.PLAIN_MAX_BATCH, 1 << 62
+            try:
+                return clip_loss(a, b, s)
+            finally:
+                tiled.PLAIN_MAX_BATCH = saved
+
+        return plain
     if impl == "tiled":
         return lambda a, b, s: tiled_clip_loss(a, b, s, block_size=block_size)
     raise ValueError(f"unknown loss implementation {impl!r}")
@@ -121,14 +128,15 @@ _KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def run_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Run one task; return it merged with its result."""
+    return {**task, **_KINDS[task["kind"]](task)}
+
+
 def main() -> None:
     """Run the tasks read from stdin; print their results as one JSON line."""
     tasks = json.loads(sys.stdin.read())
-    results = []
-    for task in tasks:
-        result = _KINDS[task["kind"]](task)
-        results.append({**task, **result})
-    print(json.dumps(results))
+    print(json.dumps([run_task(task) for task in tasks]))
 
 
 if __name__ == "__main__":
