@@ -30,7 +30,9 @@ class ModelConfig(BaseModel):
         num_layers: Hidden layers of ``mlp`` towers and of ``mlp`` heads.
         head: Projection head after the backbone of ``cnn``, ``frozen_minilm`` and
             ``embedding_bag`` towers: ``none`` (``frozen_minilm`` then needs ``embed_dim=384``
-            and gives the zero-shot MiniLM baseline), ``linear`` or ``mlp``.
+            and gives the zero-shot MiniLM baseline), ``linear``, ``mlp`` or ``residual``
+            (``x + W x`` with ``W`` initialised at zero, so training starts from the backbone's
+            similarities; needs ``embed_dim`` equal to the backbone width, 384 for MiniLM).
         shared_tower: One tower for both views (SimCLR-style); None: True for images and for
             ``embedding_bag`` text towers, else False.
         normalize: L2-normalise the outputs.
@@ -51,7 +53,7 @@ class ModelConfig(BaseModel):
     embed_dim: int = Field(128, ge=1)
     hidden_dim: int = Field(256, ge=1)
     num_layers: int = Field(2, ge=1)
-    head: Literal["none", "linear", "mlp"] = "mlp"
+    head: Literal["none", "linear", "mlp", "residual"] = "mlp"
     shared_tower: bool | None = None
     normalize: bool = True
     init_logit_scale: float = math.log(1 / 0.07)

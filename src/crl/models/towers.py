@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from crl.errors import CrlValueError
+
 
 def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int) -> nn.Sequential:
     """``num_layers`` hidden blocks ``Linear -> LayerNorm -> GELU``, then ``Linear`` to ``out_dim``.
@@ -26,13 +28,41 @@ def mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int) -> nn.Seque
     return nn.Sequential(*layers)
 
 
+class ResidualLinear(nn.Module):
+    """``x + W x + b`` with ``W`` and ``b`` initialised at zero: a head that starts as the
+    identity, so training begins exactly at the backbone's (e.g. frozen MiniLM's) similarities.
+
+    Example:
+        >>> import torch
+        >>> x = torch.randn(2, 4)
+        >>> torch.equal(ResidualLinear(4)(x), x)
+        True
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = x + self.linear(x)
+        return out
+
+
 def projection_head(kind: str, in_dim: int, hidden_dim: int, out_dim: int,
                     num_layers: int = 1) -> nn.Module:
-    """A projection head: ``none`` (identity), ``linear`` or ``mlp`` (``num_layers`` hidden)."""
+    """A projection head: ``none`` (identity), ``linear``, ``mlp`` (``num_layers`` hidden) or
+    ``residual`` (:class:`ResidualLinear`, needs ``out_dim == in_dim``)."""
     if kind == "none":
         return nn.Identity()
     if kind == "linear":
         return nn.Linear(in_dim, out_dim)
+    if kind == "residual":
+        if out_dim != in_dim:
+            raise CrlValueError(f"projection_head: a 'residual' head keeps the dimension; set "
+                             f"embed_dim={in_dim} (got {out_dim})")
+        return ResidualLinear(in_dim)
     return mlp(in_dim, hidden_dim, out_dim, num_layers)
 
 
