@@ -117,6 +117,10 @@ def test_prepare_text_datasets(cache_root: Path) -> None:
                                   cache_dir=str(cache_root)), TEXT)
     a, _b = raw.prepare(ds).eval_views()
     torch.testing.assert_close(raw.encode_a(a), a)  # zero-shot MiniLM baseline
+    residual = build_model(ModelConfig(kind="frozen_minilm", head="residual", embed_dim=384,
+                                       cache_dir=str(cache_root)), TEXT)
+    torch.testing.assert_close(residual.encode_b(a), a)  # starts at MiniLM's similarities
+    assert sum(p.numel() for p in residual.tower_a.parameters()) == 384 * 385
     with pytest.raises(CrlValueError, match="embed_dim=384"):
         build_model(ModelConfig(kind="frozen_minilm", head="none"), TEXT)
     with pytest.raises(CrlValueError, match="'mlp' does not take text"):
