@@ -125,3 +125,16 @@ def test_prepare_text_datasets(cache_root: Path) -> None:
         build_model(ModelConfig(kind="frozen_minilm", head="none"), TEXT)
     with pytest.raises(CrlValueError, match="'mlp' does not take text"):
         build_model(ModelConfig(kind="mlp"), TEXT)
+
+
+@pytest.mark.parametrize(("kind", "buckets"), [("embedding_bag", 0), ("embedding_bag", 32)])
+def test_text_tower_rows_are_independent(kind: str, buckets: int) -> None:
+    torch.manual_seed(0)
+    texts = [f"return item {i} of the list number {i * 7}" for i in range(6)]
+    model = build_model(ModelConfig(kind=kind, bigram_buckets=buckets, max_tokens=16,
+                                    embed_dim=8), TEXT)
+    ids, _ = model.prepare(TextPairDataset(texts, texts)).eval_views()
+    full = model.encode_a(ids)
+    perm = torch.tensor([5, 0, 3, 1, 4, 2])
+    torch.testing.assert_close(model.encode_a(ids[perm]), full[perm], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(model.encode_a(ids[1:2]), full[1:2], atol=1e-6, rtol=1e-5)
