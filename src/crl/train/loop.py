@@ -152,6 +152,7 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     if not bool(torch.isfinite(norm)):
         raise NonFiniteLossError(f"the gradient norm is {float(norm)} at step {step + 1}")
+    logs["train/lr"] = float(optimizer.param_groups[0]["lr"])  # the rate of this step
     optimizer.step()
     scheduler.step()
     clamp = getattr(model, "clamp_logit_scale_", None)
@@ -351,8 +352,7 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
                             "optim.lr, set optim.grad_clip, or raise loss.temperature)") from None
                     step += 1
                     bar.update(step, loss=loss)
-                    log = {"step": step, "epoch": step / per_epoch, "train/loss": loss,
-                           "train/lr": scheduler.get_last_lr()[0], **logs}
+                    log = {"step": step, "epoch": step / per_epoch, "train/loss": loss, **logs}
                     if step % config.train.log_every == 0 or step == total:
                         record(log)
                     if (config.train.eval_every and step % config.train.eval_every == 0

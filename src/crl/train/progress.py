@@ -35,6 +35,7 @@ class TrainProgress:
 
     def __enter__(self) -> TrainProgress:
         if self.enabled:
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -47,7 +48,8 @@ class TrainProgress:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} samples/s"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                console=Console(stderr=True), transient=False)
             self._progress.__enter__()
             self._task = self._progress.add_task(self.description, total=self.total,
                                                  completed=self.start, loss="-", rate="-")
