@@ -65,7 +65,8 @@ def digits(out: Path, threads: int, overrides: list[str]) -> dict[str, Any]:
     init = evaluate(untrained.model, untrained.test_ds, cfg.eval, temperature=1.0,
                     train_split=untrained.train_ds)
     return {
-        "config": "digits-simclr", "run_id": config_hash(cfg), "steps": result.step,
+        "config": "digits-simclr", "overrides": overrides, "run_id": config_hash(cfg),
+        "steps": result.step,
         "num_train": len(splits.train), "num_test": len(splits.test),
         "contrastive": {
             "linear_acc": summary["probe/linear_acc"],
@@ -108,7 +109,8 @@ def pycode(out: Path, threads: int, overrides: list[str]) -> dict[str, Any]:
     trained = summary["retrieval/x2y_recall@1"]
     frozen_r1 = base["retrieval/x2y_recall@1"]
     return {
-        "config": "pycode-clip", "run_id": config_hash(cfg), "steps": result.step,
+        "config": "pycode-clip", "overrides": overrides, "run_id": config_hash(cfg),
+        "steps": result.step,
         "num_train": len(splits.train), "num_test": len(splits.test),
         "provenance": splits.info.provenance,
         "trained": {k: v for k, v in summary.items() if k.startswith("retrieval/")},

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from crl.cli import app
@@ -50,3 +51,10 @@ def test_bad_config_is_one_clear_error(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
     result = runner.invoke(app, ["eval", str(tmp_path)])
     assert result.exit_code == 2 and "not a run directory" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", "synthetic-gaussian", "--smoke", "--device", "cuda",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "CUDA is not available" in result.output
