@@ -35,7 +35,12 @@ def test_quick_grid_meets_the_study_design() -> None:
     for s in specs:
         assert s.config["negatives"]["m"] == max(1, round(s.tags["m_fraction"] * s.tags["n"]))
         assert s.config["data"]["num_train"] == s.tags["n"]
-    assert len({s.run_id for s in specs}) == len(specs)
+    # m = n means every other sample in both regimes: the two specs share one run
+    shared_runs = len(ns) * len({s.tags["seed"] for s in specs})
+    assert len({s.run_id for s in specs}) == len(specs) - shared_runs
+    for s in specs:
+        twin = [t for t in specs if t.run_id == s.run_id]
+        assert len(twin) == (2 if s.tags["m"] >= s.tags["n"] - 1 else 1)
 
 
 def test_bad_data_and_preset_are_clear_errors(tmp_path: Path) -> None:

@@ -319,6 +319,10 @@ def _read_cache(path: Path, expected: dict[str, Any]) -> MinedPairs | None:
     return MinedPairs(pairs, header)
 
 
+#: The pairs last read from the disk cache in this process, keyed by file and provenance.
+_MEMO: dict[tuple[str, str], MinedPairs] = {}
+
+
 def load_pycode_pairs(cfg: PycodeConfig, progress: bool = True) -> MinedPairs:
     """The mined pairs for ``cfg``, from the cache when it matches, else mined and cached.
 
@@ -340,9 +344,14 @@ def load_pycode_pairs(cfg: PycodeConfig, progress: bool = True) -> MinedPairs:
                     "max_code_chars": cfg.max_code_chars},
     }
     path = _cache_file(cfg, roots)
+    memo_key = (str(path), json.dumps(expected, sort_keys=True))
+    if memo_key in _MEMO:  # a study runs many configs in one worker process
+        return _MEMO[memo_key]
     cached = _read_cache(path, expected) if path.is_file() else None
     if cached is not None:
         cached.provenance["cache"] = str(path)
+        _MEMO.clear()
+        _MEMO[memo_key] = cached
         return cached
     mined = mine_pairs(roots, include_tests=cfg.include_tests, min_doc_words=cfg.min_doc_words,
                        max_code_chars=cfg.max_code_chars, progress=progress)

@@ -88,7 +88,7 @@ def _model_section(kind: str, model: str | None) -> dict[str, Any]:
     if model is not None:
         return {"kind": model}
     if kind == "pycode":
-        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 128, "head": "linear"}
+        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 64, "head": "linear"}
     if kind == "digits":
         return {"kind": "cnn", "embed_dim": 64, "hidden_dim": 128, "shared_tower": True}
     return {"kind": "mlp", "embed_dim": 32, "hidden_dim": 128}
@@ -134,13 +134,16 @@ class NegativesStudy(Study):
 
     def _spec(self, n: int, m: int, fraction: float, regime: str, seed: int) -> RunSpec:
         grid = self.grid
+        # With m >= n - 1 every other sample is a negative in both regimes: one run serves both
+        # (the two specs share a config, hence a run id; only their tags differ).
+        run_regime = "shared" if m >= n - 1 else regime
         config = {
-            "data": {**self.data_section, "num_train": n, "seed": seed},
+            "data": {**self.data_section, "num_train": n, "seed": seed, "val_fraction": 0.0},
             "model": self.model_section,
             "loss": {"name": "gcl", "temperature": self.temperature,
                      "gcl": {"gamma": 0.9, "gamma_schedule": "constant"}},
-            "negatives": {"regime": regime, "m": m, "seed": seed},
-            "optim": {"name": "adamw", "lr": 2e-3, "weight_decay": 1e-4,
+            "negatives": {"regime": run_regime, "m": m, "seed": seed},
+            "optim": {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4,
                       "warmup_steps": max(1, grid.budget // grid.batch_size // 20)},
             "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
                       "max_samples": grid.budget, "log_every": 25,

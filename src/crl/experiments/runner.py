@@ -137,15 +137,16 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
     if workers < 1:
         raise CrlValueError(f"study {study.name}: `workers` must be >= 1; got {workers}")
     study_dir = prepare_study_dir(study, Path(out_dir))
-    specs = study.runs()
-    pending = [s for s in specs if not _is_done(study_dir / s.run_id)]
-    outcome = StudyOutcome(study_dir, total=len(specs), skipped=len(specs) - len(pending),
+    # Specs may share a run (equal configs, different tags): each run id is executed once.
+    unique = list({s.run_id: s for s in study.runs()}.values())
+    pending = [s for s in unique if not _is_done(study_dir / s.run_id)]
+    outcome = StudyOutcome(study_dir, total=len(unique), skipped=len(unique) - len(pending),
                            completed=0)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset})"), BarColumn(),
                MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("runs", total=len(specs), completed=outcome.skipped)
+        task = bar.add_task("runs", total=len(unique), completed=outcome.skipped)
         if workers == 1 or len(pending) <= 1:
             for spec in pending:
                 try:

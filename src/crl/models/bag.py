@@ -6,6 +6,7 @@ word pieces, 30,522 ids), read with the ``tokenizers`` library; no model weights
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,10 @@ from torch import Tensor, nn
 
 from crl.errors import CrlTypeError
 from crl.models.text import minilm_model_dir
+
+#: Token ids of recently tokenised text lists (their content hash is the key); read-only use.
+_TOKENIZED: dict[tuple[int, int, str], Tensor] = {}
+_TOKENIZED_SLOTS = 8
 
 # A large odd multiplier that spreads (first, second) token pairs over the bigram buckets.
 _BIGRAM_MULTIPLIER = 1_000_003
@@ -46,10 +51,18 @@ class MiniLMTokenizer:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise CrlTypeError(f"MiniLMTokenizer: texts[{i}] must be a str; got {type(text)}")
+        digest = hashlib.sha256("\0".join(texts).encode("utf-8")).hexdigest()
+        key = (self.max_tokens, len(texts), digest)
+        if key in _TOKENIZED:  # a study tokenises the same splits for many runs per process
+            return _TOKENIZED[key]
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
         if not encodings:
             return torch.zeros(0, self.max_tokens, dtype=torch.long)
-        return torch.tensor([e.ids for e in encodings], dtype=torch.long)  # (N, max_tokens)
+        ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)  # (N, max_tokens)
+        while len(_TOKENIZED) >= _TOKENIZED_SLOTS:
+            _TOKENIZED.pop(next(iter(_TOKENIZED)))
+        _TOKENIZED[key] = ids
+        return ids
 
 
 class EmbeddingBagEncoder(nn.Module):
