@@ -51,8 +51,8 @@ def _direction_stats(queries: Tensor, candidates: Tensor, block_size: int) -> tu
         rows = torch.arange(stop - start, device=scores.device)
         positive = scores[rows, rows + start].unsqueeze(1)  # (Q, 1)
         # The positive itself is counted once in `ge` and once in `eq`: take it out of both.
-        above = (scores > positive).sum(dim=1)
-        equal = (scores == positive).sum(dim=1) - 1
+        above = torch.count_nonzero(scores > positive, dim=1)  # no int64 copy of the block
+        equal = torch.count_nonzero(scores == positive, dim=1) - 1
         below = n - 1 - above - equal
         ranks[start:stop] = (1 + above + equal).cpu()
         aucs[start:stop] = ((below.double() + 0.5 * equal.double()) / (n - 1)).cpu()
