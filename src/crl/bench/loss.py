@@ -26,16 +26,17 @@ BATCH_SIZES: tuple[int, ...] = (4096, 8192, 16384, 32768, 131072)
 #: The quick run: small enough for the test suite; checks that everything runs, not speed.
 QUICK_BATCH_SIZES: tuple[int, ...] = (300,)
 PLAIN_IMPLS = ("open_clip", "plain")
-#: Bytes of ``(B, B)`` float32 buffers the plain loss holds at its peak, per ``B²`` (measured:
-#: open_clip's ClipLoss peaks at about four ``B x B`` float32 matrices).
-PLAIN_BYTES_PER_ENTRY = 4 * 4
+#: Bytes the plain losses hold at their peak, per ``B²`` entry (measured at B = 32,768: open_clip's
+#: formula peaks at 16.1 GiB, four float32 ``B x B`` matrices; crl's plain path, which also saves
+#: ``a @ b.T`` for the scale's gradient and copies the transposed logits, went past 19.4 GiB).
+PLAIN_BYTES_PER_ENTRY = {"open_clip": 4 * 4, "plain": 6 * 4}
 #: Memory left to the rest of the machine when deciding whether a plain run fits.
 MEMORY_MARGIN = 3 * GIB
 
 
-def plain_memory_estimate(batch: int) -> int:
-    """Bytes the plain loss needs at batch size ``batch`` (its ``(B, B)`` buffers)."""
-    return PLAIN_BYTES_PER_ENTRY * batch * batch
+def plain_memory_estimate(batch: int, impl: str = "open_clip") -> int:
+    """Bytes plain loss ``impl`` (``open_clip`` or ``plain``) needs at batch size ``batch``."""
+    return PLAIN_BYTES_PER_ENTRY[impl] * batch * batch
 
 
 def _tasks(batch: int, dim: int, impls: Sequence[str], block_size: int | None,
@@ -100,9 +101,9 @@ def run_loss_benchmark(
         results = run_tasks([matmul_task], separate=True, progress=progress)
         for batch in sizes:
             for impl in [*PLAIN_IMPLS, "tiled"]:
-                need = plain_memory_estimate(batch)
                 free = available_memory()  # asked just before the run: the machine is shared
-                if impl != "tiled" and free is not None and need + MEMORY_MARGIN > free:
+                need = 0 if impl == "tiled" else plain_memory_estimate(batch, impl)
+                if free is not None and need + MEMORY_MARGIN > free:
                     skipped[(batch, impl)] = (
                         f"skipped: would need about {need / GIB:.1f} GiB for its (B, B) "
                         f"buffers; {free / GIB:.1f} GiB available"
@@ -162,22 +163,31 @@ def _row(rows: Sequence[dict[str, Any]], batch: int) -> dict[str, Any] | None:
     return next((r for r in rows if r["batch"] == batch), None)
 
 
+def _plain_ratio(row: dict[str, Any]) -> tuple[float | None, str | None]:
+    """Tiled time over crl's plain time, or over open_clip's when the plain run did not fit."""
+    for impl in PLAIN_IMPLS[::-1]:
+        ratio = row.get(f"time_ratio_tiled_vs_{impl}")
+        if ratio is not None:
+            return float(ratio), impl
+    return None, None
+
+
 def loss_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The issue's targets, each with the measured value and whether it is met (None: the
-    size was not run or its plain baseline was skipped)."""
+    size was not run or no plain baseline fitted); ``baseline`` names the plain run compared."""
     targets: dict[str, Any] = {}
     big, mid, huge = _row(rows, 32768), _row(rows, 8192), _row(rows, 131072)
     if big is not None:
         mem = big["tiled"]["peak_above_baseline_gib"]
         targets["B=32768 tiled peak memory < 1 GiB above baseline"] = {"value": mem,
                                                                        "met": mem < 1.0}
-        ratio = big.get("time_ratio_tiled_vs_plain")
+        ratio, base = _plain_ratio(big)
         targets["B=32768 tiled time <= 0.6 x plain"] = {
-            "value": ratio, "met": None if ratio is None else ratio <= 0.6}
+            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 0.6}
     if mid is not None:
-        ratio = mid.get("time_ratio_tiled_vs_plain")
+        ratio, base = _plain_ratio(mid)
         targets["B=8192 tiled time <= 1.0 x plain"] = {
-            "value": ratio, "met": None if ratio is None else ratio <= 1.0}
+            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 1.0}
     if huge is not None:
         targets["B=131072 tiled completes"] = {"value": huge["tiled"]["seconds"], "met": True}
     fractions = {r["batch"]: r["tiled_fraction_of_matmul"] for r in rows if r["batch"] >= 16384}
