@@ -199,7 +199,7 @@ def all_gather_with_grad(x: Tensor) -> Tensor:
     """
     if not is_active() or world_size() == 1:
         return x
-    out: Tensor = GatherWithGrad.apply(x)
+    out: Tensor = GatherWithGrad.apply(x)  # type: ignore[no-untyped-call]
     return out
 
 
