@@ -83,6 +83,10 @@ def test_analysis_recovers_known_exponents(tmp_path: Path) -> None:
     for f in fitted["fits"]:
         assert f["m_star"] == pytest.approx(0.3 * f["n"] ** 0.75, rel=0.3)
     assert "m* ≈" in analysis.headline
+    grid = analysis.numbers["grid_saturation"]
+    assert {c["regime"] for c in grid["cells"]} == {"shared", "independent"}
+    for cell in grid["cells"]:  # the true m* = 0.3 n^0.75 lies between swept values
+        assert cell["m_star_ci"][0] <= cell["m_star"] <= cell["m_star_ci"][1]
     for name in ("metric_vs_m.png", "m_star_vs_n.png", "independent_minus_shared.png"):
         assert (tmp_path / "plots" / name).stat().st_size > 10_000
     gains = {(g["regime"], g["n"]): g for g in analysis.numbers["gains"]}
