@@ -25,6 +25,9 @@ Example:
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -124,15 +127,48 @@ def barrier() -> None:
         dist.barrier()
 
 
-def shutdown() -> None:
+def shutdown(*, wait: bool = True) -> None:
     """Leave the process group cleanly: a barrier, then ``destroy_process_group()``.
 
     Call it once at the end of every rank (the CLI does); a process that exits with a live gloo
     group can abort at interpreter exit.
+
+    Args:
+        wait: Meet the other ranks at a barrier first (False after an error on this rank, whose
+            peers may never get there; torchrun then stops them).
     """
     if is_active():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def launch_command(nproc: int, args: Sequence[str], *, port: int | None = None) -> list[str]:
+    """The torchrun command line that runs ``crl <args>`` in ``nproc`` processes on this machine.
+
+    Example:
+        >>> launch_command(2, ["train", "cfg.yaml"], port=29500)[3:]
+        ['--nproc_per_node', '2', '--master_addr', '127.0.0.1', '--master_port', '29500', \
+'-m', 'crl', 'train', 'cfg.yaml']
+    """
+    if not isinstance(nproc, int) or nproc < 1:
+        raise CrlValueError(f"--nproc must be an integer >= 1; got {nproc!r}")
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+            "--master_addr", "127.0.0.1", "--master_port", str(port or free_port()),
+            "-m", "crl", *args]
+
+
+def launch(nproc: int, args: Sequence[str]) -> int:
+    """Run ``crl <args>`` under torchrun with ``nproc`` local processes; its exit code."""
+    return subprocess.call(launch_command(nproc, args))
 
 
 def local_batch_size(batch_size: int, world: int) -> int:
@@ -284,9 +320,12 @@ __all__ = [
     "barrier",
     "broadcast_object",
     "device_for",
+    "free_port",
     "init_from_env",
     "is_active",
     "is_main",
+    "launch",
+    "launch_command",
     "local_batch_size",
     "local_rank",
     "rank",

@@ -39,14 +39,24 @@ def train(
     tensorboard: bool = typer.Option(False, "--tensorboard",
                                      help="Also write TensorBoard event files."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    nproc: int = typer.Option(1, "--nproc", min=1,
+                              help="Processes on this machine (torchrun; docs/distributed.md)."),
 ) -> None:
     """Train a dual encoder and write OUT/<name>-<config hash>/ (config, metrics, checkpoint,
     summary).
 
     Example: crl train digits-simclr --set train.steps=500 --out runs
     """
+    from crl import distributed
     from crl.train import config_hash, fit, load_config, smoke_config
 
+    if nproc > 1:  # the same command under torchrun, without --nproc
+        args = ["train", config, *[a for o in overrides for a in ("--set", o)],
+                "--out", str(out), *(["--smoke"] if smoke else []),
+                *(["--resume"] if resume else []), *(["--device", device] if device else []),
+                *(["--tensorboard"] if tensorboard else []), "--progress" if progress
+                else "--no-progress"]
+        raise typer.Exit(distributed.launch(nproc, args))
     if device is not None:
         overrides = [*overrides, f"train.device={device}"]
     cfg = load_config(config, overrides)
@@ -54,6 +64,13 @@ def train(
         cfg = smoke_config(cfg)
     name = Path(config).stem if Path(config).is_file() else config
     run_dir = out / f"{name}-{config_hash(cfg)}"
-    result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
-    _print_summary(result.summary, run_dir)
-    print(f"run directory: {run_dir}")
+    distributed.init_from_env(cfg.train.device)  # under torchrun
+    try:
+        result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
+    except BaseException:
+        distributed.shutdown(wait=False)
+        raise
+    if distributed.is_main():
+        _print_summary(result.summary, run_dir)
+        print(f"run directory: {run_dir}")
+    distributed.shutdown()

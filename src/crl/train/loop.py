@@ -25,7 +25,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 
-from crl import __version__
+from crl import __version__, distributed
 from crl.data import load_data
 from crl.env import environment_info
 from crl.errors import CrlError, CrlValueError
@@ -141,6 +141,9 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     xa, xb = xa.to(device), xb.to(device)
     index, labels = index.to(device), labels.to(device)
     za, zb = model(xa, xb)  # (B, D) each
+    if distributed.is_active():  # the global batch, in rank order (docs/distributed.md)
+        za, zb = distributed.all_gather_with_grad(za), distributed.all_gather_with_grad(zb)
+        index, labels = distributed.all_gather_tensor(index), distributed.all_gather_tensor(labels)
     loss, logs = objective(za, zb, index, labels, model)
     if not bool(torch.isfinite(loss)):
         raise NonFiniteLossError(
@@ -148,6 +151,7 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    distributed.average_gradients(params)
     max_norm = grad_clip if grad_clip is not None else float("inf")
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     if not bool(torch.isfinite(norm)):
@@ -212,6 +216,21 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
         )
 
 
+def _open_run(run_dir: Path, run_id: str,
+              resume: bool) -> tuple[RunResult | None, dict[str, Any] | None]:
+    """The finished run to return as is, or the checkpoint to resume from (or None)."""
+    if resume and (run_dir / SUMMARY_FILE).exists():
+        done = read_json(run_dir / SUMMARY_FILE)
+        if done.get("run_id") != run_id:
+            raise CrlError(f"resume: {run_dir} holds the finished run {done.get('run_id')}, "
+                           f"not this config ({run_id}); choose another --out")
+        return RunResult(run_dir, done, int(done["step"]), True), None
+    _check_run_dir(run_dir, resume)
+    if resume and (run_dir / CHECKPOINT_FILE).exists():
+        return None, load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=run_id)
+    return None, None
+
+
 def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         progress: bool = True, tensorboard: bool = False,
         stop_at: int | None = None) -> RunResult:
@@ -237,20 +256,16 @@ def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     """
     run_dir = Path(run_dir)
     run_id = config_hash(config)
-    if resume and (run_dir / SUMMARY_FILE).exists():
-        done = read_json(run_dir / SUMMARY_FILE)
-        if done.get("run_id") != run_id:
-            raise CrlError(f"resume: {run_dir} holds the finished run {done.get('run_id')}, "
-                           f"not this config ({run_id}); choose another --out")
-        return RunResult(run_dir, done, int(done["step"]), True)
-    _check_run_dir(run_dir, resume)
-    checkpoint = None
-    if resume and (run_dir / CHECKPOINT_FILE).exists():
-        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=run_id)
     if config.train.device.startswith("cuda") and not torch.cuda.is_available():
         raise CrlValueError(f"train.device is {config.train.device!r} but CUDA is not available "
                             "on this machine; use --device cpu")
-    device = torch.device(config.train.device)
+    # Under torchrun: join the process group; rank 0 reads the run directory for everyone.
+    distributed.init_from_env(config.train.device)
+    distributed.local_batch_size(config.train.batch_size, distributed.world_size())
+    done, checkpoint = distributed.run_on_main(lambda: _open_run(run_dir, run_id, resume))
+    if done is not None:
+        return done
+    device = distributed.device_for(config.train.device)
     threads = torch.get_num_threads()
     if config.train.num_threads is not None:
         torch.set_num_threads(config.train.num_threads)
@@ -273,6 +288,7 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
 
     step = 0
     log: dict[str, Any] = {}
+    main = distributed.is_main()
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         objective.load_state_dict(checkpoint["objective"])
@@ -281,39 +297,47 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
         set_rng_state(checkpoint["rng"])
         step = int(checkpoint["step"])
         log = dict(checkpoint.get("last_log", {}))
-        kept = [r for r in read_jsonl(run_dir / METRICS_FILE)
-                if int(r.get("step", 0)) <= step and not r.get("final")]
-        rewrite_jsonl(run_dir / METRICS_FILE, kept)
-    else:
+        if main:  # rank 0 alone writes the run directory
+            kept = [r for r in read_jsonl(run_dir / METRICS_FILE)
+                    if int(r.get("step", 0)) <= step and not r.get("final")]
+            rewrite_jsonl(run_dir / METRICS_FILE, kept)
+    elif main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / METRICS_FILE).write_text("")
-    write_json(run_dir / CONFIG_FILE, {
-        "run_id": run_id, "config": config.model_dump(mode="json"),
-        "environment": environment_info(), "data": {
-            "name": splits.info.name, "num_train": n, "num_val": len(splits.val),
-            "num_test": len(splits.test), "provenance": splits.info.provenance},
-        "total_steps": total, "steps_per_epoch": per_epoch})
+    if main:
+        write_json(run_dir / CONFIG_FILE, {
+            "run_id": run_id, "config": config.model_dump(mode="json"),
+            "environment": environment_info(), "data": {
+                "name": splits.info.name, "num_train": n, "num_val": len(splits.val),
+                "num_test": len(splits.test), "provenance": splits.info.provenance},
+            "total_steps": total, "steps_per_epoch": per_epoch})
 
-    writer = TensorBoardWriter(run_dir) if tensorboard else None
+    writer = TensorBoardWriter(run_dir) if tensorboard and main else None
     last_ckpt_step: int | None = step if checkpoint is not None else None
 
     def record(entry: dict[str, Any]) -> None:
+        if not main:
+            return
         append_jsonl(run_dir / METRICS_FILE, entry)
         if writer is not None:
             writer.scalars(entry, int(entry["step"]))
 
     def save(at: int) -> None:
         nonlocal last_ckpt_step
+        last_ckpt_step = at
+        if not main:
+            return
         save_checkpoint(run_dir / CHECKPOINT_FILE, {
             "model": model.state_dict(), "objective": objective.state_dict(),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "rng": rng_state(), "step": at, "epoch": at // per_epoch,
             "position": at % per_epoch, "config": config.model_dump(mode="json"),
             "config_hash": run_id, "crl_version": __version__, "last_log": dict(log)})
-        last_ckpt_step = at
 
     def run_eval(split: Any, name: str, at: int, final: bool = False,
                  train_features: tuple[Tensor, Tensor] | None = None) -> dict[str, float]:
+        if not main:  # rank 0 evaluates; the others go on (or wait at the final barrier)
+            return {}
         metrics = evaluate(model, split, config.eval, temperature=objective.temperature(model),
                            train_split=train_ds, device=device, train_features=train_features)
         entry: dict[str, Any] = {"step": at, "epoch": at / per_epoch, "split": name, **metrics}
@@ -326,12 +350,15 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
     stop = total if stop_at is None else min(total, stop_at)
     model.train()
     try:
-        with TrainProgress(total, step, config.train.batch_size, enabled=progress) as bar:
+        with TrainProgress(total, step, config.train.batch_size,
+                           enabled=progress and main) as bar:
             while step < stop:
                 epoch, position = divmod(step, per_epoch)
                 order = epoch_permutation(n, config.train.seed, epoch)
                 batches = [order[b * config.train.batch_size:(b + 1) * config.train.batch_size]
                            .tolist() for b in range(position, per_epoch)]
+                if distributed.is_active():  # this rank's contiguous slice of each batch
+                    batches = [distributed.shard(b) for b in batches]
                 train_ds.set_epoch(epoch)
                 objective.set_epoch(epoch)
                 # Its own generator: creating a loader must not draw from the global RNG.
@@ -368,7 +395,7 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
         summary: dict[str, Any] = {"run_id": run_id, "step": step, "epoch": step / per_epoch,
                                    "train/loss": log.get("train/loss")}
         train_features = None
-        if config.eval.probe and train_ds.labels is not None:
+        if config.eval.probe and train_ds.labels is not None and main:
             train_features = (probe_features(
                 model, train_ds, batch_size=config.eval.batch_size, device=device,
                 representation=config.eval.probe_features == "representation"), train_ds.labels)
@@ -378,10 +405,12 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
         if test_ds is not None:
             summary.update(run_eval(test_ds, "test", step, True, train_features))
         summary["time/train_eval_s"] = time.perf_counter() - started
-        write_json(run_dir / SUMMARY_FILE, summary)
+        if main:
+            write_json(run_dir / SUMMARY_FILE, summary)
     finally:
         if writer is not None:
             writer.close()
+    distributed.barrier()  # every rank returns once summary.json is written
     return RunResult(run_dir, summary, step, True)
 
 
