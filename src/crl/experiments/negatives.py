@@ -227,8 +227,8 @@ class NegativesStudy(Study):
 
 
 _PYCODE_MODEL_NOTE = (
-    "The towers are trained from scratch over MiniLM's tokenizer (a bag of token and hashed "
-    "bigram embeddings), not heads over frozen MiniLM features: frozen MiniLM alone already "
+    "The towers are trained from scratch over MiniLM's tokenizer (one shared tower: a mean bag "
+    "of word-piece embeddings and a linear head), not heads over frozen MiniLM features: frozen MiniLM alone already "
     "reaches a high docstring-to-code recall, so heads over it leave little for the negatives "
     "to change, while CLIP-style training from scratch is the setting of the paper. The frozen "
     "variant stays available with --model frozen_minilm."
@@ -508,8 +508,12 @@ def _fit_table(fitted: CriticalMResult) -> Table:
 
 
 def _alpha_table(fitted: CriticalMResult) -> Table:
-    rows = [[s.regime, s.alpha, f"[{plots_ci(s.alpha_ci)}]", s.intercept, s.reason or "ok"]
-            for s in fitted.regimes.values()]
+    rows = []
+    for s in fitted.regimes.values():
+        outside = sum(1 for f in fitted.fits if f.regime == s.regime and f.extrapolated)
+        note = s.reason or ("ok" if not outside else
+                            f"unreliable: {outside} m* beyond the swept range")
+        rows.append([s.regime, s.alpha, f"[{plots_ci(s.alpha_ci)}]", s.intercept, note])
     return Table("log m* = alpha log n + c (free intercept)",
                  ["regime", "alpha", "alpha 95% CI", "c", "note"], rows)
 
@@ -559,11 +563,12 @@ def _m_star_text(fitted: CriticalMResult, tolerance: float) -> str:
     parts = [f"m*(n; delta) is the smallest m whose fitted error is within delta = {tolerance:g} "
              "of the fitted asymptote E_inf; intervals are 95% residual-bootstrap intervals."]
     for f in fitted.fits:
-        if math.isfinite(f.m_star):
+        if math.isfinite(f.m_star) and f.extrapolated:
+            parts.append(f"{f.regime}, n = {f.n:g}: the fitted m* ({f.m_star:.3g}) lies beyond "
+                         "the largest swept m, so the fit does not locate it.")
+        elif math.isfinite(f.m_star):
             parts.append(f"{f.regime}, n = {f.n:g}: m* = {f.m_star:.3g} "
-                         f"({100 * f.m_star_over_n:.1f}% of n)"
-                         + (" [extrapolated beyond the largest m]" if f.extrapolated else "")
-                         + ".")
+                         f"({100 * f.m_star_over_n:.1f}% of n).")
         else:
             parts.append(f"{f.regime}, n = {f.n:g}: m* not identified ({f.reason}).")
     return " ".join(parts)
@@ -614,7 +619,11 @@ def _comparison_text(grid: dict[str, Any], fitted: CriticalMResult,
                    "values of n and m* restricted to the swept fractions, this exponent is "
                    "coarse.")
     for regime, s in fitted.regimes.items():
-        if math.isfinite(s.alpha):
+        outside = any(f.extrapolated for f in fitted.fits if f.regime == regime)
+        if math.isfinite(s.alpha) and outside:
+            out.append(f"Scaling ({regime}, power-law fit): not reliable, some fitted m* lie "
+                       "beyond the swept range.")
+        elif math.isfinite(s.alpha):
             out.append(f"Scaling ({regime}, power-law fit): alpha = {s.alpha:.2f} "
                        f"(95% CI {plots_ci(s.alpha_ci)}).")
         else:
