@@ -137,6 +137,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["environment"] = environment_info()
     results["environment"]["cpu_count"] = os.cpu_count()
+    results["environment"]["load_average_before"] = os.getloadavg()
     if not args.skip_digits:
         results["digits"] = digits(out, args.threads, args.digits_set)
         print(json.dumps(results["digits"], indent=2))
@@ -146,6 +147,8 @@ def main() -> None:
         print(json.dumps({k: v for k, v in results["pycode"].items() if k != "provenance"},
                          indent=2))
         write_json(RESULTS, results)
+    results["environment"]["load_average_after"] = os.getloadavg()
+    write_json(RESULTS, results)
     print(f"wrote {RESULTS}")
 
 
