@@ -229,9 +229,9 @@ class NegativesStudy(Study):
 _PYCODE_MODEL_NOTE = (
     "The towers are trained from scratch over MiniLM's tokenizer (one shared tower: a mean bag "
     "of word-piece embeddings and a linear head), not heads over frozen MiniLM features: frozen "
-    "MiniLM alone already reaches a high docstring-to-code recall, so heads over it leave little for the negatives "
-    "to change, while CLIP-style training from scratch is the setting of the paper. The frozen "
-    "variant stays available with --model frozen_minilm."
+    "MiniLM alone already reaches a docstring-to-code recall@1 of about 0.53 here, so heads over "
+    "it leave little for the negatives to change, while CLIP-style training from scratch is "
+    "the setting of the paper. The frozen variant stays available with --model frozen_minilm."
 )
 
 
