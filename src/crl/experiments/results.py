@@ -41,7 +41,10 @@ def collect_rows(specs: list[RunSpec], study_dir: Path) -> list[dict[str, Any]]:
         if not summary_path.exists():
             continue
         summary = flatten(read_json(summary_path))
-        rows.append({"run_id": spec.run_id, **spec.tags, **summary})
+        # The study's run id names the run directory; a summary's own ``run_id`` (the train
+        # config hash) must not replace it.
+        rows.append({"run_id": spec.run_id, **spec.tags,
+                     **{k: v for k, v in summary.items() if k != "run_id"}})
     return rows
 
 
@@ -81,4 +84,6 @@ def _parse(text: str) -> Any:
 def read_results(path: Path) -> list[dict[str, Any]]:
     """Read a ``results.csv`` back, with numbers as numbers and empty cells as None."""
     with open(path, newline="", encoding="utf-8") as handle:
-        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        # Run ids stay strings: a bare hex digest such as "34e00288" would parse as a float.
+        return [{k: v if k == "run_id" else _parse(v) for k, v in row.items()}
+                for row in csv.DictReader(handle)]
