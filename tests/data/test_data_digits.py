@@ -99,7 +99,10 @@ def test_item_seed_stable_and_distinct() -> None:
 def test_load_digits_eval_views_and_stratification() -> None:
     splits = load_data(DataConfig(name="digits", val_fraction=0.1, test_fraction=0.2))
     a, b = splits.test.eval_views()
-    assert a.shape == (len(splits.test), 1, 8, 8) and torch.equal(a, b)
+    assert a.shape == b.shape == (len(splits.test), 1, 8, 8)
+    assert torch.equal(a, splits.test.images) and not torch.equal(a, b)  # clean vs augmented
+    other = load_data(DataConfig(name="digits", seed=5, val_fraction=0.1, test_fraction=0.2))
+    assert torch.equal(other.test.eval_views()[1], b)  # same pairs whatever the training seed
     assert splits.info.kind == "image" and splits.info.image_shape == (1, 8, 8)
     assert len(splits.train) + len(splits.val) + len(splits.test) == 1797
     counts = torch.bincount(splits.test.labels)

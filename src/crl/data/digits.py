@@ -35,6 +35,10 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
             np.asarray(bunch.target, dtype=np.int64))
 
 
+#: Seeds the augmented evaluation views (the same for every run and training seed).
+EVAL_VIEW_SEED = 0x5EED_E7A1
+
+
 class AugmentedImageDataset(PairDataset):
     """Two independently augmented views of each image (SimCLR-style positives).
 
@@ -55,6 +59,7 @@ class AugmentedImageDataset(PairDataset):
         self.images = images
         self.cfg = cfg
         self.seed = seed
+        self._eval_b: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -70,7 +75,20 @@ class AugmentedImageDataset(PairDataset):
         return self.view(i, 0), self.view(i, 1)
 
     def eval_views(self) -> tuple[Tensor, Tensor]:
-        return self.images, self.images
+        """The clean images, and one augmented view of each drawn with a fixed seed.
+
+        The seed depends on neither the training seed nor the epoch, so every run is evaluated on
+        the same pairs and retrieval means "find the augmented copy of this image" (with the
+        clean image twice, recall would be trivially 1).
+        """
+        if not self.cfg.augment:
+            return self.images, self.images
+        if self._eval_b is None:
+            self._eval_b = torch.stack([
+                augment_image(self.images[i], self.cfg,
+                              torch.Generator().manual_seed(item_seed(EVAL_VIEW_SEED, i)))
+                for i in range(len(self))])
+        return self.images, self._eval_b
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> AugmentedImageDataset:
         idx = np.asarray(indices, dtype=np.int64)
