@@ -7,6 +7,8 @@
 2. For every ``CONFIG_DIR/<loss>.yaml``: ``fit`` into ``OUT_DIR/<loss>-<config hash>``.
 3. For ``CONFIG_DIR/resume.yaml``: ``fit(..., stop_at=STOP)`` only (the test resumes it with
    ``crl train --nproc 2 --resume``).
+4. ``odd_error.txt``: the error of ``fit`` on ``CONFIG_DIR/odd/odd.yaml``, whose global batch is
+   not divisible by the number of processes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import torch
 
 from crl import distributed
+from crl.errors import CrlValueError
 from crl.train import config_hash, fit, load_config
 
 #: The step the resume run stops at.
@@ -55,6 +58,10 @@ def main() -> None:
             cfg = load_config(path)
             run_dir = out_dir / f"{path.stem}-{config_hash(cfg)}"
             fit(cfg, run_dir, progress=False, stop_at=STOP if path.stem == "resume" else None)
+        try:
+            fit(load_config(config_dir / "odd" / "odd.yaml"), out_dir / "odd", progress=False)
+        except CrlValueError as exc:
+            (out_dir / f"odd_error{rank}.txt").write_text(str(exc))
     except BaseException:
         distributed.shutdown(wait=False)
         raise

@@ -2,9 +2,8 @@
 
 One torchrun launch (tests/distributed/dist_worker.py) checks the gradient of
 ``all_gather_with_grad`` and trains the clip, info_nce, siglip and gcl configs; a second one
-(``crl train --nproc 2 --resume``) finishes a run the first stopped at step 3; a third one shows
-the error for a global batch not divisible by the number of processes. The 1-process references
-run in this process.
+(``crl train --nproc 2 --resume``) finishes a run the first stopped at step 3. The 1-process
+references run in this process.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import torch
 import yaml
 
 from crl import distributed
+from crl.errors import CrlValueError
 from crl.train import config_hash, fit, load_config
 
 HERE = Path(__file__).parent
@@ -71,6 +71,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for name, section in LOSS_SECTIONS.items():
         paths[name] = configs / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump({**BASE, **section}))
+    (configs / "odd").mkdir()
+    (configs / "odd" / "odd.yaml").write_text(yaml.safe_dump(
+        {**BASE, "loss": {"name": "clip"}, "train": {**BASE["train"], "batch_size": 15}}))
     launch = subprocess.run(_torchrun(str(HERE / "dist_worker.py"), str(configs), str(two)),
                             env=_env(), capture_output=True, text=True, timeout=300)
     assert launch.returncode == 0, launch.stderr[-3000:]
@@ -166,15 +169,19 @@ def test_distributed_resume_continues_exactly(runs: dict[str, Any]) -> None:
     assert STOP < 6
 
 
-def test_batch_not_divisible_by_processes_is_a_clear_error(tmp_path: Path) -> None:
-    config = tmp_path / "odd.yaml"
-    config.write_text(yaml.safe_dump({**BASE, "loss": {"name": "clip"},
-                                      "train": {**BASE["train"], "batch_size": 15}}))
-    done = subprocess.run(
-        [sys.executable, "-m", "crl", "train", str(config), "--out", str(tmp_path / "runs"),
-         "--nproc", str(WORLD), "--no-progress"],
-        env=_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert "train.batch_size (the global batch) must be divisible by the number of processes 2; " \
-           "got 15" in done.stderr
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.pt"))
+def test_batch_not_divisible_by_processes_is_a_clear_error(runs: dict[str, Any]) -> None:
+    root = runs["root"]
+    for r in range(WORLD):  # every rank raises the same error before touching the run dir
+        message = (root / f"odd_error{r}.txt").read_text()
+        assert message.startswith("train.batch_size (the global batch) must be divisible by the "
+                                  "number of processes 2; got 15")
+    assert not (root / "odd").exists()
+
+
+def test_local_batch_size_and_shard() -> None:
+    assert distributed.local_batch_size(16, 2) == 8
+    with pytest.raises(CrlValueError, match=r"train\.batch_size .* divisible .* got 15"):
+        distributed.local_batch_size(15, 2)
+    batch = list(range(100, 112))
+    parts = [distributed.shard(batch, r, 3) for r in range(3)]
+    assert parts == [batch[0:4], batch[4:8], batch[8:12]]  # contiguous, in rank order
