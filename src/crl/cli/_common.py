@@ -29,18 +29,33 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def error_line(exc: BaseException) -> str:
+    """The one-line message of an error: crl's own text, or for an operating-system error
+    (unwritable directory, full disk, a file where a directory should be) the path, the reason
+    and what to check.
+
+    Example:
+        >>> error_line(NotADirectoryError(20, "Not a directory", "out/run"))[:36]
+        'cannot use out/run: Not a directory;'
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, CrlError) and exc.filename is not None:
+        return (f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}; check the "
+                "path, its permissions and the free disk space")
+    return str(exc).strip().replace("\n", " | ") or type(exc).__name__
+
+
 def handle_errors(fn: F) -> F:
-    """Turn crl's errors (and missing or unreadable files) into one line and exit code 2."""
+    """Turn crl's errors and operating-system errors (missing, unreadable or unwritable files,
+    a full disk) into one line and exit code 2 (``--debug``: the traceback instead)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (CrlError, FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        except (CrlError, OSError) as exc:
             if debug_enabled():
                 raise
-            text = str(exc).strip().replace("\n", " | ") or type(exc).__name__
-            raise fail(text) from None
+            raise fail(error_line(exc)) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
