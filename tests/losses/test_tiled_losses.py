@@ -294,3 +294,21 @@ def test_bad_masks_and_indices() -> None:
         tiled_masked_row_logsumexp(a, b, torch.ones(6), columns=True)
     with pytest.raises(CrlValueError, match=r"1-D `scale` must have shape \(6,\)"):
         tiled_masked_row_logsumexp(a, b, torch.ones(5))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 12), cols=st.integers(1, 12), spread=st.sampled_from([1.0, 50.0, 400.0]),
+       excluded=st.floats(0.0, 0.9), double=st.booleans(), seed=st.integers(0, 10_000))
+def test_tile_logsumexps_equal_torch_logsumexp(rows: int, cols: int, spread: float,
+                                               excluded: float, double: bool, seed: int) -> None:
+    """The one-exp row/column log-sum-exps of a tile, on logits spread far beyond the exp range
+    and with excluded (-inf) entries, equal torch.logsumexp (columns via the fallback too)."""
+    dtype = torch.float64 if double else torch.float32
+    gen = torch.Generator().manual_seed(seed)
+    x = (spread * torch.randn(rows, cols, generator=gen, dtype=torch.float64)).to(dtype)
+    x[torch.rand(rows, cols, generator=gen) < excluded] = -math.inf
+    got_rows, got_cols = tiled_module._tile_logsumexps(x, torch.empty_like(x), True)
+    assert got_cols is not None
+    tol = {"rtol": 1e-12, "atol": 1e-12} if double else {"rtol": 1e-6, "atol": 1e-5}
+    torch.testing.assert_close(got_rows, torch.logsumexp(x, dim=1), **tol)
+    torch.testing.assert_close(got_cols, torch.logsumexp(x, dim=0), **tol)
