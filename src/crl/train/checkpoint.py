@@ -68,11 +68,20 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
     if not path.is_file():
         raise CrlError(f"resume: no checkpoint at {path}; start the run without --resume")
     try:
+        # torch.load does not check the zip entries' CRC-32: flipped bytes in the tensor data
+        # would load as silently wrong weights, so the archive is verified first.
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        if bad is not None:
+            raise ValueError(f"entry {bad} fails its CRC-32 check")
         # The checkpoint holds numpy and python RNG states, hence weights_only=False; it is a
         # file this library wrote into the run directory.
         state = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
-            ValueError) as exc:
+            ValueError, MemoryError, KeyError, AttributeError, ImportError, TypeError,
+            UnicodeDecodeError, AssertionError, IndexError) as exc:
+        # Unpickling damaged bytes can raise almost anything (a MemoryError for a huge storage
+        # size); every one of them means the same thing here.
         raise CrlError(
             f"resume: checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to start over"
