@@ -1,0 +1,619 @@
+"""The bad-input table of ``docs/errors.md``, one test per row.
+
+:data:`CASES` is the single source: ``docs/errors.md``'s table is generated from it
+(``python tests/robustness/test_robustness_bad_input.py > /tmp/table.md``) and
+:func:`test_docs_table_lists_exactly_these_cases` checks that the document holds exactly these
+rows. Each API case must raise the listed crl error class with a message containing the listed
+words; each CLI case must exit with code 2 and print one line on stderr starting with ``error:``
+(and with ``--debug`` raise the error instead, so a traceback is shown). Every case that involves
+files checks that the files it found are byte for byte untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from crl.errors import CrlError, CrlTypeError, CrlValueError
+
+# ----------------------------------------------------------------------------- the cases
+
+Thunk = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table.
+
+    Attributes:
+        id: The test id and the row's first column.
+        where: ``"API"`` or ``"CLI"``.
+        input: What is wrong (markdown).
+        error: The error class raised by the API (CLI cases: the class behind the one line).
+        message: Words the message contains (shown in the table).
+        fix: What the user should do (markdown).
+        api: For API cases, ``setup(tmp) -> thunk`` that raises when called.
+        cli: For CLI cases, ``setup(tmp) -> argv`` of ``crl``.
+    """
+
+    id: str
+    where: str
+    input: str
+    error: type[BaseException]
+    message: str
+    fix: str
+    api: Callable[[Path], Thunk] | None = None
+    cli: Callable[[Path], list[str]] | None = None
+
+
+def _pair(batch: int = 4, dim: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(batch, dim, generator=gen), torch.randn(batch, dim, generator=gen)
+
+
+def _with(value: float, where: tuple[int, int] = (1, 2)) -> torch.Tensor:
+    a, _ = _pair()
+    a[where] = value
+    return a
+
+
+def _losses() -> Any:
+    import crl.losses as losses
+
+    return losses
+
+
+def _info_nce(**kwargs: Any) -> Callable[[Path], Thunk]:
+    def setup(_: Path) -> Thunk:
+        a, b = _pair()
+        args = {"a": a, "b": b, **kwargs}
+        return lambda: _losses().info_nce(args.pop("a"), args.pop("b"), **args)
+    return setup
+
+
+def _empty_row_mask() -> torch.Tensor:
+    mask = ~torch.eye(4, dtype=torch.bool)
+    mask[2] = False
+    mask[2, 2] = True  # only the diagonal, which is the positive
+    return mask
+
+
+def _delta() -> torch.Tensor:
+    return torch.tensor([[0.0, 1.0, -1.0], [0.5, 0.2, -0.3]])
+
+
+def _config_api(*overrides: str) -> Callable[[Path], Thunk]:
+    def setup(_: Path) -> Thunk:
+        from crl.train import load_config
+
+        return lambda: load_config("synthetic-gaussian", list(overrides))
+    return setup
+
+
+def _write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    path.write_bytes(data)
+    return path
+
+
+def _npz(path: Path, **arrays: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+    return path
+
+
+def _pairs_file(make: Callable[[Path], Path]) -> Callable[[Path], Thunk]:
+    def setup(tmp: Path) -> Thunk:
+        from crl.data.files import load_pair_file
+
+        path = make(tmp)
+        return lambda: load_pair_file(path)
+    return setup
+
+
+def _bad_jsonl(tmp: Path) -> Path:
+    good = json.dumps({"a": "x", "b": "y"})
+    return _write(tmp / "pairs.jsonl", f"{good}\n{good}\n{{\"a\": \"x\", \"b\": \n{good}\n")
+
+
+# A tiny run: 64 pairs, batches of 16, 6 steps, checkpoints every 3.
+TINY = ["data.num_train=64", "data.synthetic.num_samples=128", "train.batch_size=16",
+        "train.steps=6", "train.checkpoint_every=3", "train.log_every=1", "train.num_threads=1",
+        "eval.ks=[1]", "eval.probe=false"]
+
+
+def _tiny(*extra: str) -> Any:
+    from crl.train import load_config
+
+    return load_config("synthetic-gaussian", [*TINY, *extra])
+
+
+def _stopped_run(tmp: Path, stop_at: int | None = 3) -> Path:
+    from crl.train import fit
+
+    run = tmp / "run"
+    fit(_tiny(), run, progress=False, stop_at=stop_at)
+    return run
+
+
+def _fit_resume(*extra: str, finished: bool = False) -> Callable[[Path], Thunk]:
+    def setup(tmp: Path) -> Thunk:
+        from crl.train import fit
+
+        run = _stopped_run(tmp, None if finished else 3)
+        return lambda: fit(_tiny(*extra), run, progress=False, resume=True)
+    return setup
+
+
+def _damaged_checkpoint(damage: Callable[[bytes], bytes]) -> Callable[[Path], Thunk]:
+    def setup(tmp: Path) -> Thunk:
+        from crl.train import fit
+
+        run = _stopped_run(tmp)
+        path = run / "checkpoint.pt"
+        path.write_bytes(damage(path.read_bytes()))
+        return lambda: fit(_tiny(), run, progress=False, resume=True)
+    return setup
+
+
+def _flip_middle(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64]) + data[middle + 64:]
+
+
+def _gcl(index: list[int], num_samples: int = 10) -> Callable[[Path], Thunk]:
+    def setup(_: Path) -> Thunk:
+        a, b = _pair()
+        loss = _losses().GlobalContrastiveLoss(num_samples=num_samples)
+        return lambda: loss(a, b, torch.tensor(index))
+    return setup
+
+
+def _cli_train(*extra: str) -> Callable[[Path], list[str]]:
+    def setup(tmp: Path) -> list[str]:
+        args = ["train", "synthetic-gaussian", "--out", str(tmp / "runs"), "--no-progress"]
+        for item in TINY:
+            args += ["--set", item]
+        return args + [part.replace("{tmp}", str(tmp)) for part in extra]
+    return setup
+
+
+def _cli_files(make: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    def setup(tmp: Path) -> list[str]:
+        path = make(tmp)
+        return _cli_train("--set", "data.name=files", "--set", f"data.files.path={path}",
+                          "--set", "data.num_train=null")(tmp)
+    return setup
+
+
+def _cli_existing_run(tmp: Path) -> list[str]:
+    from crl.train import config_hash
+
+    args = _cli_train()(tmp)
+    _stopped_run(tmp).rename(_mkparent(tmp / "runs" / f"synthetic-gaussian-{config_hash(_tiny())}"))
+    return args
+
+
+def _cli_truncated_checkpoint(tmp: Path) -> list[str]:
+    from crl.train import config_hash
+
+    args = _cli_train("--resume")(tmp)
+    run = _stopped_run(tmp).rename(
+        _mkparent(tmp / "runs" / f"synthetic-gaussian-{config_hash(_tiny())}"))
+    data = (run / "checkpoint.pt").read_bytes()
+    (run / "checkpoint.pt").write_bytes(data[: len(data) // 3])
+    return args
+
+
+def _mkparent(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _under_a_file(tmp: Path) -> Path:
+    """A directory path below a regular file: not creatable, even by root."""
+    return _write(tmp / "file.txt", "keep me\n") / "sub"
+
+
+def _study(*extra: str) -> Callable[[Path], list[str]]:
+    def setup(tmp: Path) -> list[str]:
+        return ["study", "negatives", "--preset", "smoke", "--data", "synthetic", "--workers",
+                "1", "--no-progress", "--out", str(tmp / "runs"),
+                *[part.replace("{tmp}", str(tmp)) for part in extra]]
+    return setup
+
+
+def _empty_python_root(tmp: Path) -> Callable[[], object]:
+    from crl.data import DataConfig, load_data
+
+    root = tmp / "src"
+    _write(root / "README.md", "no python here\n")
+    _write(root / "notes.txt", "still none\n")
+    return lambda: load_data(DataConfig(name="pycode", pycode={"roots": [str(root)],
+                                                               "cache_dir": str(tmp / "cache")}))
+
+
+CASES: list[Case] = [
+    # --- losses: embeddings ---------------------------------------------------------------
+    Case("nan-embedding", "API", "`info_nce(a, b)` with a NaN in `a`", CrlValueError,
+         "info_nce: `a` must be finite; got 1 NaN/Inf value(s)",
+         "find where the NaN comes from (learning rate, data); `torch.nan_to_num` is not a fix",
+         api=lambda _: lambda: _losses().info_nce(_with(math.nan), _pair()[1])),
+    Case("inf-embedding", "API", "`clip_loss(a, b, 10.0)` with an Inf in `b`", CrlValueError,
+         "clip_loss: `b` must be finite",
+         "check the encoder's output (overflow in float16?)",
+         api=lambda _: lambda: _losses().clip_loss(_pair()[0], _with(math.inf), 10.0)),
+    Case("shape-mismatch", "API", "`info_nce` with `a` (4, 3) and `b` (4, 5)", CrlValueError,
+         "`a` and `b` must have the same shape (B, D); got (4, 3) and (4, 5)",
+         "project both towers to the same `embed_dim`",
+         api=lambda _: lambda: _losses().info_nce(torch.randn(4, 3), torch.randn(4, 5))),
+    Case("batch-mismatch", "API", "`siglip_loss` with `a` (4, 3) and `b` (3, 3)", CrlValueError,
+         "siglip_loss: `a` and `b` must have the same shape",
+         "pass the two views of the same batch",
+         api=lambda _: lambda: _losses().siglip_loss(torch.randn(4, 3), torch.randn(3, 3),
+                                                     10.0, -10.0)),
+    Case("one-dim-embedding", "API", "`info_nce` with 1-D embeddings of shape (4,)",
+         CrlValueError, "info_nce: `a` must be a 2-D tensor; got shape (4,)",
+         "stack the batch as rows, shape (B, D)",
+         api=lambda _: lambda: _losses().info_nce(torch.randn(4), torch.randn(4))),
+    Case("integer-dtype", "API", "`info_nce` with int64 embeddings", CrlTypeError,
+         "info_nce: `a` must have a floating dtype; got torch.int64", "convert with `.float()`",
+         api=lambda _: lambda: _losses().info_nce(torch.ones(4, 3, dtype=torch.long),
+                                                  torch.ones(4, 3, dtype=torch.long))),
+    Case("numpy-input", "API", "`contrastive_risk` given numpy arrays", CrlTypeError,
+         "contrastive_risk: `a` must be a torch.Tensor; got array(",
+         "convert with `torch.from_numpy`",
+         api=lambda _: lambda: _losses().contrastive_risk(np.ones((4, 3)), np.ones((4, 3)),
+                                                          temperature=0.1)),
+    Case("batch-of-one", "API", "`info_nce` with B = 1", CrlValueError,
+         "need a batch of at least 2 pairs (B >= 2)",
+         "use a batch of at least 2 pairs (every anchor needs a negative)",
+         api=lambda _: lambda: _losses().info_nce(torch.randn(1, 3), torch.randn(1, 3))),
+    # --- losses: hyperparameters ------------------------------------------------------------
+    Case("temperature-zero", "API", "`info_nce(..., temperature=0)`", CrlValueError,
+         "info_nce: `temperature` must be positive and finite; got 0.0",
+         "use a temperature > 0 (0.05 to 1 is usual)", api=_info_nce(temperature=0)),
+    Case("temperature-negative", "API", "`info_nce(..., temperature=-0.1)`", CrlValueError,
+         "`temperature` must be positive and finite; got -0.1", "use a temperature > 0",
+         api=_info_nce(temperature=-0.1)),
+    Case("temperature-nan", "API", "`info_nce(..., temperature=nan)`", CrlValueError,
+         "`temperature` must be positive and finite; got nan",
+         "check where the temperature is computed", api=_info_nce(temperature=math.nan)),
+    Case("temperature-string", "API", "`info_nce(..., temperature=\"0.1\")`", CrlTypeError,
+         "`temperature` must be a positive number; got '0.1'", "pass a number",
+         api=_info_nce(temperature="0.1")),
+    Case("scale-zero", "API", "`clip_loss(a, b, scale=0.0)`", CrlValueError,
+         "clip_loss: `scale` must be positive and finite; got 0.0",
+         "pass `exp(logit_scale)` (> 0), not the logit scale itself",
+         api=lambda _: lambda: _losses().clip_loss(*_pair(), 0.0)),
+    Case("siglip-bias-nan", "API", "`siglip_loss(a, b, 10.0, bias=nan)`", CrlValueError,
+         "siglip_loss: `bias` must be finite; got nan", "check the learnable bias (init -10)",
+         api=lambda _: lambda: _losses().siglip_loss(*_pair(), 10.0, math.nan)),
+    Case("alpha-zero", "API", "`oce_risk(delta, phi=\"cvar\", alpha=0)`", CrlValueError,
+         "oce_risk: `alpha` must be positive and finite; got 0.0",
+         "use a tail fraction alpha in (0, 1]",
+         api=lambda _: lambda: _losses().oce_risk(_delta(), phi="cvar", alpha=0)),
+    Case("alpha-above-one", "API", "`oce_risk(delta, phi=\"cvar\", alpha=1.5)`", CrlValueError,
+         "oce_risk: `alpha` must be in (0, 1]", "use a tail fraction alpha in (0, 1]",
+         api=lambda _: lambda: _losses().oce_risk(_delta(), phi="cvar", alpha=1.5)),
+    Case("kl-without-temperature", "API", "`oce_risk(delta, phi=\"kl\")` without a temperature",
+         CrlValueError, "oce_risk: phi='kl' needs `temperature`", "pass `temperature=tau`",
+         api=lambda _: lambda: _losses().oce_risk(_delta(), phi="kl")),
+    Case("unknown-phi", "API", "`oce_risk(delta, phi=\"entropy\")`", CrlValueError,
+         "oce_risk: unknown phi 'entropy'; valid values are 'kl', 'cvar', 'softplus'",
+         "use one of the listed names",
+         api=lambda _: lambda: _losses().oce_risk(_delta(), phi="entropy")),
+    Case("unknown-pairwise-loss", "API", "`pairwise_risk(delta, loss=\"square\")`",
+         CrlValueError, "pairwise_risk: unknown loss 'square'; valid values are",
+         "use logistic, exponential, squared_hinge or hinge",
+         api=lambda _: lambda: _losses().pairwise_risk(_delta(), loss="square")),
+    Case("kmeans-k-out-of-range", "API", "`relaxed_kmeans(z, k=5)` with z of shape (4, 3)",
+         CrlValueError, "relaxed_kmeans: `k` must be in [1, 3]; got 5", "use 1 <= k <= D",
+         api=lambda _: lambda: _losses().relaxed_kmeans(torch.randn(4, 3), 5)),
+    Case("recall-k-zero", "API", "`retrieval_metrics(a, b, ks=[0, 5])`", CrlValueError,
+         "retrieval_metrics: `ks[...]` must be in >= 1; got 0", "use cut-offs k >= 1",
+         api=lambda _: lambda: __import__("crl.eval", fromlist=["x"]).retrieval_metrics(
+             *_pair(), ks=[0, 5])),
+    # --- masks, negatives, labels, GCL ------------------------------------------------------
+    Case("mask-empty-row", "API", "`info_nce` with a negatives mask whose row 2 is empty",
+         CrlValueError, "every row of `negatives_mask` needs at least one negative; 1 row(s) "
+         "have none (first: [2])", "give every anchor a negative, or drop that anchor",
+         api=_info_nce(negatives_mask=_empty_row_mask())),
+    Case("mask-float", "API", "`info_nce` with a float negatives mask", CrlTypeError,
+         "`negatives_mask` must have dtype torch.bool; got torch.float32",
+         "convert with `.bool()`", api=_info_nce(negatives_mask=torch.ones(4, 4))),
+    Case("mask-shape", "API", "`info_nce` with a (4, 3) negatives mask for B = 4",
+         CrlValueError, "`negatives_mask` must have shape (4, 4); got (4, 3)",
+         "build the mask for the batch, (B, B)",
+         api=_info_nce(negatives_mask=torch.ones(4, 3, dtype=torch.bool))),
+    Case("m-below-one", "API", "`NegativeSets(n=10, m=0)`", CrlValueError,
+         "NegativeSets: `m` must be in [1, 10]; got 0", "use 1 <= m <= n",
+         api=lambda _: lambda: __import__("crl.negatives", fromlist=["x"]).NegativeSets(10, 0)),
+    Case("m-above-n", "API", "`NegativeSets(n=10, m=11)`", CrlValueError,
+         "NegativeSets: `m` must be in [1, 10]; got 11", "use m <= n (or m_fraction in a config)",
+         api=lambda _: lambda: __import__("crl.negatives", fromlist=["x"]).NegativeSets(10, 11)),
+    Case("unknown-regime", "API", "`NegativeSets(10, 3, regime=\"global\")`", CrlValueError,
+         "NegativeSets: unknown regime 'global'; valid values are 'shared', 'independent'",
+         "use shared or independent",
+         api=lambda _: lambda: __import__("crl.negatives", fromlist=["x"]).NegativeSets(
+             10, 3, regime="global")),
+    Case("labels-wrong-length", "API", "`supcon_loss(z, labels)` with 6 rows and 5 labels",
+         CrlValueError, "supcon_loss: `labels` must have shape (6,) to match `z`; got (5,)",
+         "give one label per row of z (both views stacked)",
+         api=lambda _: lambda: _losses().supcon_loss(torch.randn(6, 3),
+                                                     torch.tensor([0, 1, 0, 1, 0]))),
+    Case("probe-labels-wrong-length", "API", "`linear_probe` with 8 train rows and 7 labels",
+         CrlValueError, "linear_probe: `train_y` must have shape (8,) to match the features",
+         "pass the labels of the same items as the features",
+         api=lambda _: lambda: __import__("crl.eval", fromlist=["x"]).linear_probe(
+             torch.randn(8, 3), torch.zeros(7, dtype=torch.long), torch.randn(4, 3),
+             torch.zeros(4, dtype=torch.long))),
+    Case("gcl-index-out-of-range", "API", "`GlobalContrastiveLoss(num_samples=10)` given "
+         "index 12", CrlValueError, "`index` must hold dataset indices in [0, 9]; got values "
+         "in [0, 12]", "pass dataset indices (the `index` of each batch item)",
+         api=_gcl([0, 1, 2, 12])),
+    Case("gcl-repeated-index", "API", "`GlobalContrastiveLoss` given index [0, 1, 1, 2]",
+         CrlValueError, "`index` must not repeat a sample within a batch",
+         "sample a batch without replacement", api=_gcl([0, 1, 1, 2])),
+    # --- configs ----------------------------------------------------------------------------
+    Case("unknown-preset", "API", "`load_config(\"digits-simclr2\")`", CrlValueError,
+         "load_config: CONFIG must be a YAML file or a preset name; got 'digits-simclr2'",
+         "use a file path or one of the listed presets",
+         api=lambda _: lambda: __import__("crl.train", fromlist=["x"]).load_config(
+             "digits-simclr2")),
+    Case("unknown-config-key", "API", "`--set train.stepz=3` (a typo)", CrlValueError,
+         "train.stepz: unknown key; valid keys here: seed, batch_size, epochs, steps",
+         "use one of the listed keys", api=_config_api("train.stepz=3")),
+    Case("mistyped-config-value", "API", "`--set train.steps=ten`", CrlValueError,
+         "train.steps: Input should be a valid integer", "give an integer",
+         api=_config_api("train.steps=ten")),
+    Case("unknown-loss", "API", "`--set loss.name=infonce`", CrlValueError,
+         "loss.name: Input should be 'info_nce', 'clip', 'siglip'",
+         "use one of the listed loss names", api=_config_api("loss.name=infonce")),
+    Case("unknown-config-regime", "API", "`--set negatives.regime=global`", CrlValueError,
+         "negatives.regime: Input should be 'shared', 'independent' or 'in_batch'",
+         "use one of the listed regimes", api=_config_api("negatives.regime=global")),
+    Case("bad-set-syntax", "API", "`--set train.steps` (no `=`)", CrlValueError,
+         "--set: expected KEY=VALUE with a dotted KEY", "write `--set train.steps=100`",
+         api=_config_api("train.steps")),
+    Case("batch-larger-than-data", "API", "`train.batch_size=128` with 64 training pairs",
+         CrlValueError, "train.batch_size must be at most the number of training pairs n = 64",
+         "lower train.batch_size or use more data",
+         api=lambda tmp: lambda: __import__("crl.train", fromlist=["x"]).fit(
+             _tiny("train.batch_size=128"), tmp / "run", progress=False)),
+    Case("m-above-n-config", "API", "`negatives.m=1000` with 64 training pairs", CrlValueError,
+         "negatives.m must be at most the number of training pairs n = 64",
+         "lower negatives.m or use negatives.m_fraction",
+         api=lambda tmp: lambda: __import__("crl.train", fromlist=["x"]).fit(
+             _tiny("negatives.regime=shared", "negatives.m=1000"), tmp / "run",
+             progress=False)),
+    # --- data files ---------------------------------------------------------------------------
+    Case("missing-data-file", "API", "a `files` data path that does not exist",
+         FileNotFoundError, "files: no such file", "check the path",
+         api=_pairs_file(lambda tmp: tmp / "nothing.npz")),
+    Case("empty-data-file", "API", "an empty `.jsonl` file", CrlValueError,
+         "is empty", "write one JSON object per line with text fields a and b",
+         api=_pairs_file(lambda tmp: _write(tmp / "empty.jsonl", b""))),
+    Case("npz-without-a", "API", "a `.npz` without array `a`", CrlValueError,
+         "missing array 'a'; the file holds ['b', 'x']",
+         "save the arrays as `np.savez(path, a=..., b=...)`",
+         api=_pairs_file(lambda tmp: _npz(tmp / "pairs.npz", b=np.ones((4, 2)),
+                                          x=np.ones(3)))),
+    Case("npz-not-a-zip", "API", "a `.npz` file that is not an npz archive", CrlValueError,
+         "not a readable .npz file", "re-create the file with `np.savez`",
+         api=_pairs_file(lambda tmp: _write(tmp / "pairs.npz", b"not a zip archive"))),
+    Case("npz-nan", "API", "a `.npz` whose `b` holds a NaN", CrlValueError,
+         "array 'b' has NaN or Inf values", "clean the data",
+         api=_pairs_file(lambda tmp: _npz(tmp / "pairs.npz", a=np.ones((4, 2)),
+                                          b=np.full((4, 2), np.nan)))),
+    Case("npz-labels-wrong-length", "API", "a `.npz` with 4 pairs and 3 labels", CrlValueError,
+         "labels must have one entry per pair, shape (4,); got shape (3,)",
+         "give one label per pair",
+         api=_pairs_file(lambda tmp: _npz(tmp / "pairs.npz", a=np.ones((4, 2)),
+                                          b=np.ones((4, 2)), labels=np.arange(3)))),
+    Case("jsonl-bad-line", "API", "a `.jsonl` whose line 3 is cut", CrlValueError,
+         "line 3 is not valid JSON", "fix or delete that line", api=_pairs_file(_bad_jsonl)),
+    Case("jsonl-missing-field", "API", "a `.jsonl` line without field `b`", CrlValueError,
+         "line 1 needs a text field 'b'; got keys ['a']", "give every line fields a and b",
+         api=_pairs_file(lambda tmp: _write(tmp / "pairs.jsonl", '{"a": "x"}\n'))),
+    Case("unsupported-data-file", "API", "a `.csv` data file", CrlValueError,
+         "files: unsupported file type '.csv'", "convert to .npz or .jsonl",
+         api=_pairs_file(lambda tmp: _write(tmp / "pairs.csv", "a,b\n"))),
+    Case("pycode-no-python-files", "API", "a pycode source root with no `.py` files",
+         CrlValueError, "holds no Python (.py) files", "point data.pycode.roots at source code",
+         api=_empty_python_root),
+    # --- run directories and checkpoints -----------------------------------------------------
+    Case("run-dir-of-another-config", "API", "`fit(config, run_dir, resume=True)` where the "
+         "checkpoint was written by another config", CrlError, "belongs to config",
+         "resume with the config in run_dir/config.json, or choose another output directory",
+         api=_fit_resume("optim.lr=0.5")),
+    Case("finished-run-of-another-config", "API", "`fit(..., resume=True)` on a finished run of "
+         "another config", CrlError, "holds the finished run",
+         "choose another output directory", api=_fit_resume("optim.lr=0.5", finished=True)),
+    Case("truncated-checkpoint", "API", "`fit(..., resume=True)` with a checkpoint cut to half",
+         CrlError, "is truncated or corrupt", "delete checkpoint.pt to start the run over",
+         api=_damaged_checkpoint(lambda data: data[: len(data) // 2])),
+    Case("corrupt-checkpoint", "API", "`fit(..., resume=True)` with 64 flipped bytes in the "
+         "checkpoint", CrlError, "is truncated or corrupt",
+         "delete checkpoint.pt to start the run over", api=_damaged_checkpoint(_flip_middle)),
+    Case("unknown-study", "API", "`get_study(\"negative\")`", CrlValueError,
+         "crl study: unknown study 'negative'; valid values are 'negatives'",
+         "use one of the listed studies",
+         api=lambda _: lambda: __import__("crl.experiments.registry", fromlist=["x"]).get_study(
+             "negative")),
+    # --- the command line -----------------------------------------------------------------------
+    Case("cli-unknown-preset", "CLI", "`crl train digits-simclr2`", CrlValueError,
+         "error: load_config: CONFIG must be a YAML file or a preset name",
+         "use a YAML file or a listed preset",
+         cli=lambda tmp: ["train", "digits-simclr2", "--out", str(tmp / "runs")]),
+    Case("cli-unknown-key", "CLI", "`crl train ... --set trian.steps=3`", CrlValueError,
+         "trian: unknown key; valid keys here: data, model, loss", "fix the key",
+         cli=_cli_train("--set", "trian.steps=3")),
+    Case("cli-malformed-yaml", "CLI", "`crl train run.yaml` with malformed YAML",
+         CrlValueError, "not valid YAML", "fix the YAML (indentation, colons)",
+         cli=lambda tmp: ["train", str(_write(tmp / "run.yaml", "train: [steps: 3\n")),
+                          "--out", str(tmp / "runs")]),
+    Case("cli-jsonl-bad-line", "CLI", "`crl train` on a `.jsonl` data file whose line 3 is cut",
+         CrlValueError, "line 3 is not valid JSON", "fix or delete that line",
+         cli=_cli_files(_bad_jsonl)),
+    Case("cli-missing-data-file", "CLI", "`crl train` on a data file that does not exist",
+         FileNotFoundError, "files: no such file", "check data.files.path",
+         cli=_cli_files(lambda tmp: tmp / "nothing.npz")),
+    Case("cli-unwritable-out", "CLI", "`crl train ... --out DIR` where DIR cannot be created "
+         "(below a regular file)", NotADirectoryError, "Not a directory; check the path",
+         "choose a writable --out",
+         cli=lambda tmp: _cli_train("--out", str(_under_a_file(tmp)))(tmp)),
+    Case("cli-existing-run", "CLI", "`crl train` again into an interrupted run without "
+         "`--resume`", CrlError, "already holds", "add --resume, or choose another --out",
+         cli=_cli_existing_run),
+    Case("cli-truncated-checkpoint", "CLI", "`crl train ... --resume` with a truncated "
+         "checkpoint", CrlError, "is truncated or corrupt", "delete checkpoint.pt",
+         cli=_cli_truncated_checkpoint),
+    Case("cli-unknown-study-preset", "CLI", "`crl study negatives --preset huge`",
+         CrlValueError, "unknown preset 'huge'; valid presets are 'smoke', 'quick', 'full'",
+         "use smoke, quick or full",
+         cli=lambda tmp: ["study", "negatives", "--preset", "huge", "--out", str(tmp)]),
+    Case("cli-study-bad-data", "CLI", "`crl study negatives --data pairs.csv`", CrlValueError,
+         "`--data` must be one of pycode, digits, synthetic or a .npz/.jsonl file",
+         "use a named data set or a .npz/.jsonl file", cli=_study("--data", "pairs.csv")),
+    Case("cli-study-workers-zero", "CLI", "`crl study negatives --workers 0`", CrlValueError,
+         "`workers` must be >= 1; got 0", "use --workers 1 or more",
+         cli=_study("--workers", "0")),
+    Case("cli-study-unwritable-out", "CLI", "`crl study negatives --out DIR` where DIR cannot "
+         "be created", CrlValueError, "cannot write the study directory",
+         "choose a writable --out",
+         cli=lambda tmp: _study("--out", str(_under_a_file(tmp)))(tmp)),
+    Case("cli-report-not-a-study", "CLI", "`crl report DIR` on a directory that is not a study",
+         CrlValueError, "is not a study directory (no study.json)",
+         "pass the directory `crl study` wrote",
+         cli=lambda tmp: ["report", str(_write(tmp / "x" / "notes.txt", "x").parent)]),
+    Case("cli-eval-not-a-run", "CLI", "`crl eval DIR` on a directory that is not a run",
+         CrlError, "is not a run directory (no config.json)", "pass a run directory",
+         cli=lambda tmp: ["eval", str(_write(tmp / "x" / "notes.txt", "x").parent)]),
+]
+
+# ----------------------------------------------------------------------------- the tests
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under ``folder`` (directories as "dir")."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        key = path.relative_to(folder).as_posix()
+        out[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _fresh(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    """What changed between two trees (new, removed or modified paths)."""
+    keys = set(before) | set(after)
+    return {k: f"{before.get(k)} -> {after.get(k)}" for k in sorted(keys)
+            if before.get(k) != after.get(k)}
+
+
+API_CASES = [c for c in CASES if c.where == "API"]
+CLI_CASES = [c for c in CASES if c.where == "CLI"]
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=[c.id for c in API_CASES])
+def test_api_bad_input(case: Case, tmp_path: Path) -> None:
+    assert case.api is not None
+    call = case.api(tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(case.error) as info:
+        call()
+    assert type(info.value) is case.error or issubclass(type(info.value), case.error)
+    message = str(info.value)
+    assert case.message in message, message
+    assert isinstance(info.value, (CrlError, OSError)), type(info.value)
+    assert _fresh(before, _tree(tmp_path)) == {}, "existing files were changed"
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli_bad_input(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crl.cli import app
+
+    assert case.cli is not None
+    monkeypatch.delenv("CRL_DEBUG", raising=False)
+    args = case.cli(tmp_path)
+    before = _tree(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert case.message in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert _fresh(before, _tree(tmp_path)) == {}, "existing files were changed"
+    # With --debug the error itself propagates (so its traceback is printed).
+    debug = CliRunner().invoke(app, ["--debug", *args])
+    assert isinstance(debug.exception, case.error), debug.output
+    assert debug.exit_code != 0 and debug.exc_info is not None and debug.exc_info[2] is not None
+    assert _fresh(before, _tree(tmp_path)) == {}, "existing files were changed (--debug)"
+
+
+def test_cli_debug_shows_a_traceback(tmp_path: Path) -> None:
+    """Through a real process: one ``error:`` line by default, the traceback with --debug."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "CRL_DEBUG"}
+    command = [sys.executable, "-m", "crl", "train", "synthetic-gaussian", "--set",
+               "train.stepz=3", "--out", str(tmp_path)]
+    plain = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert plain.returncode == 2
+    assert plain.stderr.startswith("error: ") and len(plain.stderr.splitlines()) == 1
+    debug = subprocess.run([*command[:3], "--debug", *command[3:]], capture_output=True,
+                           text=True, env=env, check=False)
+    assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+    assert "CrlValueError" in debug.stderr and "train.stepz: unknown key" in debug.stderr
+
+
+# ----------------------------------------------------------------------------- the table
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+TABLE_HEADER = ("| case | where | input | error | message contains | fix |\n"
+                "| --- | --- | --- | --- | --- | --- |")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table() -> str:
+    """The table of ``docs/errors.md``, generated from :data:`CASES`."""
+    rows = [TABLE_HEADER]
+    for c in CASES:
+        rows.append(f"| `{c.id}` | {c.where} | {_cell(c.input)} | `{c.error.__name__}` | "
+                    f"`` {_cell(c.message)} `` | {_cell(c.fix)} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_docs_table_lists_exactly_these_cases() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(TABLE_HEADER)
+    end = text.find("\n\n", start)
+    table = text[start:] if end < 0 else text[start:end + 1]
+    assert table == markdown_table(), (
+        "docs/errors.md is out of date: regenerate the table with "
+        "`python tests/robustness/test_robustness_bad_input.py`")
+    ids = re.findall(r"^\| `([a-z0-9-]+)` \|", table, flags=re.MULTILINE)
+    assert ids == [c.id for c in CASES] and len(ids) == len(set(ids)) >= 30
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())
