@@ -29,6 +29,7 @@ from crl._validation import (
 )
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
+from crl.losses.tiled import TileMask, tiled_masked_row_logsumexp
 
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
@@ -94,6 +95,11 @@ class GlobalContrastiveLoss(nn.Module):
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
         min_temperature: Lower clamp of learnable temperatures.
+        block_size: If set, the batch's negatives-only log-sum-exps are computed over tiles of
+            side ``block_size`` (:func:`crl.losses.tiled.tiled_masked_row_logsumexp`): memory
+            ``O(B·D + T²)`` instead of ``B²``, the same values and gradients; ``negatives_mask``
+            may then also be a :class:`~crl.losses.tiled.TileMask` such as
+            :class:`~crl.negatives.NegativeSets`, asked tile by tile with ``index``.
 
     Example:
         >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
@@ -122,8 +128,12 @@ class GlobalContrastiveLoss(nn.Module):
         temperature_mode: TemperatureMode = "fixed",
         rho: float = 6.5,
         min_temperature: float = 1e-3,
+        block_size: int | None = None,
     ) -> None:
         super().__init__()
+        if block_size is not None:
+            check_int_range(_WHERE, "block_size", block_size, 1, None)
+        self.block_size = block_size
         self.num_samples = check_int_range(_WHERE, "num_samples", num_samples, 1, None)
         check_positive(_WHERE, "temperature", temperature, allow_tensor=False)
         check_positive(_WHERE, "min_temperature", min_temperature, allow_tensor=False)
@@ -232,9 +242,26 @@ class GlobalContrastiveLoss(nn.Module):
         negatives = mask[rows]  # (A, B)
         count = negatives.sum(dim=1).to(delta.dtype)  # (A,)
         log_g_hat = masked_logsumexp(delta, negatives, dim=1) - torch.log(count)  # (A,)
+        return self._surrogate(rows, log_g_hat, index, tau, state)
+
+    def _direction_tiled(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None,
+                         index: Tensor, tau: Tensor, state: Tensor) -> Tensor:
+        """:meth:`_direction` over tiles: anchors ``x (B, D)``, candidates ``y (B, D)``."""
+        out = tiled_masked_row_logsumexp(x, y, 1.0 / tau, negatives_mask=mask, index=index,
+                                         block_size=self.block_size)
+        rows = (out.row_counts > 0).nonzero().squeeze(1)  # (A,)
+        if rows.numel() == 0:
+            return x.sum() * 0.0 + y.sum() * 0.0 + tau.sum() * 0.0
+        count = out.row_counts[rows].to(out.rows.dtype)
+        log_g_hat = out.rows[rows] - torch.log(count)  # (A,)
+        return self._surrogate(rows, log_g_hat, index, tau, state)
+
+    def _surrogate(self, rows: Tensor, log_g_hat: Tensor, index: Tensor, tau: Tensor,
+                   state: Tensor) -> Tensor:
+        """Update ``u`` of the anchors ``rows`` and return ``tau * mean g_hat / u``."""
         log_u = self._update(state, index[rows], log_g_hat)  # (A,), detached
         ratio = torch.exp(log_g_hat - log_u)  # g_hat / u <= 1 / gamma
-        tau_a = tau_r.squeeze(1) if tau_r.dim() else tau_r  # () or (A,)
+        tau_a = tau if tau.dim() == 0 else tau[rows]  # () or (A,)
         if self.temperature_mode == "fixed":
             return (tau_a * ratio).mean()
         # Value tau (log u + rho); gradient tau grad(g_hat)/u (model) and
@@ -242,7 +269,7 @@ class GlobalContrastiveLoss(nn.Module):
         return (tau_a * (ratio - ratio.detach() + log_u + self.rho)).mean()
 
     def forward(self, a: Tensor, b: Tensor, index: Tensor,
-                negatives_mask: Tensor | None = None) -> Tensor:
+                negatives_mask: Tensor | TileMask | None = None) -> Tensor:
         """The GCL surrogate of a batch; updates the ``u`` estimates of the batch's samples.
 
         Args:
@@ -265,17 +292,27 @@ class GlobalContrastiveLoss(nn.Module):
         a, b = upcast(a, dtype), upcast(b, dtype)
         batch = a.shape[0]
         index = self._check_index(index, batch).to(a.device)
+        if self.temperature_mode != "fixed":
+            with torch.no_grad():
+                self.temperature.clamp_(min=self.min_temperature)
+        taus = [self._tau(0, index, dtype), self._tau(1, index, dtype)]
+        if self.block_size is not None:
+            # The same mask serves both directions (sample-indexed sets), hence (b, a) below.
+            loss = self._direction_tiled(a, b, negatives_mask, index, taus[0], self.log_u_a2b)
+            if self.symmetric:
+                loss = 0.5 * (loss + self._direction_tiled(b, a, negatives_mask, index,
+                                                           taus[1], self.log_u_b2a))
+            return loss
+        if negatives_mask is not None and not isinstance(negatives_mask, Tensor):
+            raise CrlTypeError(f"{_WHERE}: a TileMask `negatives_mask` needs block_size; got "
+                               f"{describe(negatives_mask)} with block_size=None")
         eye = torch.eye(batch, dtype=torch.bool, device=a.device)
         if negatives_mask is None:
             mask = ~eye
         else:
             mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (batch, batch),
                               need_true_per_row=False).to(a.device) & ~eye
-        if self.temperature_mode != "fixed":
-            with torch.no_grad():
-                self.temperature.clamp_(min=self.min_temperature)
         scores = a @ b.T  # (B, B)
-        taus = [self._tau(0, index, dtype), self._tau(1, index, dtype)]
         loss = self._direction(scores, mask, index, taus[0], self.log_u_a2b)
         if self.symmetric:
             loss = 0.5 * (loss + self._direction(scores.T, mask, index, taus[1], self.log_u_b2a))
