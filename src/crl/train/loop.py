@@ -44,6 +44,7 @@ from crl.train.rundir import (
     append_jsonl,
     read_json,
     read_jsonl,
+    remove_temporaries,
     rewrite_jsonl,
     write_json,
 )
@@ -298,6 +299,7 @@ def _fit(config: TrainConfig, run_dir: Path, run_id: str, checkpoint: dict[str, 
         step = int(checkpoint["step"])
         log = dict(checkpoint.get("last_log", {}))
         if main:  # rank 0 alone writes the run directory
+            remove_temporaries(run_dir)  # left by a write the crash interrupted
             kept = [r for r in read_jsonl(run_dir / METRICS_FILE)
                     if int(r.get("step", 0)) <= step and not r.get("final")]
             rewrite_jsonl(run_dir / METRICS_FILE, kept)

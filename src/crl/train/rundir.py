@@ -49,6 +49,23 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None
         raise
 
 
+def remove_temporaries(folder: str | Path) -> list[Path]:
+    """Delete the temporary files (``.<name>.<random>.tmp``) that writes interrupted by a crash
+    left in ``folder``; call it only when no other process writes there (on resume).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = (folder / ".checkpoint.pt.x1y2.tmp").write_bytes(b"torn")
+        >>> [p.name for p in remove_temporaries(folder)], list(folder.iterdir())
+        (['.checkpoint.pt.x1y2.tmp'], [])
+    """
+    removed = [p for p in Path(folder).glob(".*.tmp") if p.is_file()]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
 def _clean(value: Any) -> Any:
     """JSON cannot hold NaN/Inf: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -129,6 +146,7 @@ __all__ = [
     "atomic_write",
     "read_json",
     "read_jsonl",
+    "remove_temporaries",
     "rewrite_jsonl",
     "write_json",
 ]
