@@ -63,17 +63,6 @@ def _discrepancy(encode: Any, data_cfg: DataConfig, seed: int,
                                 generator=torch.Generator().manual_seed(seed))
 
 
-def _load_trained_encoder(train_dir: Path, train_cfg: Any) -> Any:
-    """The model of a finished ``fit`` run, weights from its last checkpoint."""
-    from crl.train import config_hash, load_checkpoint
-    from crl.train.loop import build_run
-
-    state = load_checkpoint(train_dir / "checkpoint.pt", config_hash=config_hash(train_cfg))
-    model = build_run(train_cfg, torch.device("cpu")).model
-    model.load_state_dict(state["model"])
-    return model.eval()
-
-
 def train_supervised(config: dict[str, Any]) -> tuple[dict[str, float], DiscrepancyReport]:
     """The CNN with a linear classifier, cross-entropy on augmented long-tailed images."""
     seed, steps, batch = int(config["seed"]), int(config["steps"]), int(config["batch_size"])
@@ -152,15 +141,17 @@ class ImbalanceStudy(Study):
         if config["method"] == "supervised":
             scores, report = train_supervised(config)
         else:
+            from crl.experiments.runs import load_trained
             from crl.train import fit, validate_config
 
             train_dir = run_dir / "train"
             train_cfg = validate_config(self.train_config(config), origin=spec.run_id)
             result = fit(train_cfg, train_dir, resume=(train_dir / SUMMARY_FILE).exists()
-                         or (train_dir / "checkpoint.pt").exists(), progress=False)
+                         or (train_dir / "checkpoint.pt").exists()
+                         or (train_dir / "metrics.jsonl").exists(), progress=False)
             scores = {"accuracy": float(result.summary["probe/linear_acc"]),
                       "balanced_accuracy": float(result.summary["probe/linear_balanced_acc"])}
-            model = _load_trained_encoder(train_dir, train_cfg)
+            model = load_trained(train_dir, train_cfg).model
             report = _discrepancy(model.encode_a, train_cfg.data, int(config["seed"]),
                                   int(config["num_augment"]))
         summary = {**scores, "internal_discrepancy": report.overall,

@@ -28,7 +28,7 @@ from rich.progress import (
 
 from crl.errors import CrlError, CrlValueError
 from crl.experiments.study import RunSpec, Study
-from crl.train.rundir import CHECKPOINT_FILE, SUMMARY_FILE, write_json
+from crl.train.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
 
 STUDY_FILE = "study.json"
 SPEC_FILE = "spec.json"
@@ -87,7 +87,9 @@ def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
             if not (run_dir / SPEC_FILE).exists():
                 write_json(run_dir / SPEC_FILE, {"config": spec.config, "tags": spec.tags,
                                                  "label": spec.label})
-            resume = (run_dir / CHECKPOINT_FILE).exists()
+            # An attempt killed before its first checkpoint leaves metrics.jsonl: resuming
+            # then starts the run over (fit refuses a non-empty directory without resume).
+            resume = (run_dir / CHECKPOINT_FILE).exists() or (run_dir / METRICS_FILE).exists()
             study.execute(spec, run_dir, resume=resume)
             if not _is_done(run_dir):
                 raise RuntimeError(f"study {study.name}: run {spec.run_id} ended without "

@@ -114,7 +114,8 @@ class Study(ABC):
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
         """Run one grid point into ``run_dir``; must end by writing ``summary.json`` atomically.
 
-        ``resume`` is True when ``run_dir`` holds a checkpoint of an interrupted attempt.
+        ``resume`` is True when ``run_dir`` holds a checkpoint or metrics of an interrupted
+        attempt.
         """
 
     @abstractmethod
