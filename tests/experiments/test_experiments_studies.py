@@ -72,4 +72,5 @@ def test_gcl_smoke(tmp_path: Path) -> None:
     analysis = _run("gcl", tmp_path)
     means = analysis["numbers"]
     assert isinstance(means, dict)
-    assert any(k.startswith("risk/contrastive|gcl|16") for k in means["means"])
+    assert any(k.startswith("train/full_contrastive_risk|gcl|16") for k in means["means"])
+    assert "full-batch" in str(analysis["headline"])
