@@ -103,7 +103,8 @@ class Objective(nn.Module):
             self.gcl = GlobalContrastiveLoss(
                 num_samples, temperature=loss.temperature, gamma=g.gamma,
                 gamma_schedule=g.gamma_schedule, gamma_min=g.gamma_min, decay_epochs=decay,
-                symmetric=loss.symmetric, temperature_mode=g.temperature_mode, rho=g.rho)
+                symmetric=loss.symmetric, temperature_mode=g.temperature_mode, rho=g.rho,
+                block_size=loss.block_size)
         elif loss.name == "siglip":
             self.siglip_scale = nn.Parameter(torch.tensor(math.log(10.0)),
                                              requires_grad=loss.learnable_scale)
@@ -159,15 +160,23 @@ class Objective(nn.Module):
             ``(loss, logs)``: a 0-dim tensor and a dict of floats.
         """
         cfg = self.cfg
+        logs: dict[str, float] = {}
+        if cfg.name == "gcl" and cfg.block_size is not None and self.sets is not None \
+                and not self.negatives_cfg.exclude_same_label:
+            # Tiled GCL asks the negative sets tile by tile: no (B, B) mask is built.
+            assert self.gcl is not None
+            loss = self.gcl(za, zb, index, self.sets)
+            logs["train/gcl_gamma"] = self.gcl.current_gamma
+            return self._regularised(loss, za, zb, logs)
         mask = self.negatives_mask(index, labels)
         eye = torch.eye(za.shape[0], dtype=torch.bool, device=za.device)
-        logs: dict[str, float] = {}
         if cfg.name == "info_nce":
-            loss = (info_nce(za, zb, temperature=cfg.temperature, symmetric=cfg.symmetric)
+            loss = (info_nce(za, zb, temperature=cfg.temperature, symmetric=cfg.symmetric,
+                             block_size=cfg.block_size)
                     if mask is None else self._info_nce(za @ zb.T / cfg.temperature, mask, eye))
         elif cfg.name == "clip":
             scale = self._logit_scale(model).exp()
-            loss = (clip_loss(za, zb, scale) if mask is None
+            loss = (clip_loss(za, zb, scale, block_size=cfg.block_size) if mask is None
                     else self._info_nce(scale * (za @ zb.T), mask, eye))
             logs["train/logit_scale"] = float(scale.detach())
         elif cfg.name == "siglip":
@@ -190,11 +199,16 @@ class Objective(nn.Module):
             logs["train/gcl_gamma"] = self.gcl.current_gamma
         else:
             loss = self._delta_loss(za @ zb.T, mask, eye)
-        if cfg.kmeans_weight > 0:
+        return self._regularised(loss, za, zb, logs)
+
+    def _regularised(self, loss: Tensor, za: Tensor, zb: Tensor, logs: dict[str, float]
+                     ) -> tuple[Tensor, dict[str, float]]:
+        """Add the relaxed k-means regulariser when ``kmeans_weight > 0``."""
+        if self.cfg.kmeans_weight > 0:
             k = min(self.kmeans_k, za.shape[1])
             regulariser = 0.5 * (relaxed_kmeans(za, k) + relaxed_kmeans(zb, k))
             logs["train/relaxed_kmeans"] = float(regulariser.detach())
-            loss = loss + cfg.kmeans_weight * regulariser
+            loss = loss + self.cfg.kmeans_weight * regulariser
         return loss, logs
 
     def _info_nce(self, logits: Tensor, mask: Tensor | None, eye: Tensor) -> Tensor:
