@@ -174,3 +174,37 @@ def test_huge_data_values_stop_at_the_first_step(tmp_path: Path) -> None:
         fit(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_full_disk_during_a_checkpoint_keeps_the_old_one(stopped: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC in the middle of writing checkpoint.pt: one line naming the file and the reason,
+    the previous checkpoint intact, no temporary file left."""
+    import errno
+
+    import crl.train.rundir as rundir
+
+    cfg = _config()
+    out = tmp_path / "runs"
+    run = _copy(stopped, out / f"synthetic-gaussian-{config_hash(cfg)}")
+    before = (run / "checkpoint.pt").read_bytes()
+    real = rundir.atomic_write
+
+    def full_disk(path: str | Path, write: object) -> None:
+        def partial(handle: io.BufferedWriter) -> None:
+            handle.write(b"PK\x03\x04 half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, partial if Path(path).name == "checkpoint.pt" else write)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("crl.train.checkpoint.atomic_write", full_disk)
+    args = ["train", "synthetic-gaussian", "--out", str(out), "--no-progress", "--resume"]
+    for item in TINY:
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line == (f"error: cannot use {run / 'checkpoint.pt'}: No space left on device; "
+                    "check the path, its permissions and the free disk space")
+    assert (run / "checkpoint.pt").read_bytes() == before
+    assert not list(run.glob(".*.tmp"))
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 4
