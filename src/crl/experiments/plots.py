@@ -18,11 +18,17 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17
 
 
 def save(fig: Any, path: Path) -> None:
-    """Save ``fig`` as a PNG (dpi 120) and close it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Save ``fig`` as a PNG (dpi 120, written atomically: a kill never leaves half an image)
+    and close it."""
+    import io
+
+    from crl.train.rundir import atomic_write
+
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
     plt.close(fig)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()))
 
 
 def subplots(ncols: int, *, width: float = 5.2, height: float = 4.0) -> tuple[Any, list[Axes]]:

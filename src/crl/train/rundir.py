@@ -25,6 +25,19 @@ SUMMARY_FILE = "summary.json"
 EVAL_FILE = "eval.json"
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write a file atomically: ``write(handle)`` into a temporary sibling, fsync, rename.
 
@@ -40,6 +53,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            # mkstemp creates the file 0600; give it the mode a plain open() would (0666 minus
+            # the umask), so collaborators on a shared machine can read the run directory.
+            os.fchmod(handle.fileno(), 0o666 & ~_umask())
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
