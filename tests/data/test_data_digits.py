@@ -107,3 +107,16 @@ def test_load_digits_eval_views_and_stratification() -> None:
     assert len(splits.train) + len(splits.val) + len(splits.test) == 1797
     counts = torch.bincount(splits.test.labels)
     assert int(counts.max() - counts.min()) <= 2
+
+
+def test_batched_items_equal_single_items() -> None:
+    """The DataLoader's batched fetch (``__getitems__``) gives exactly the per-item views."""
+    splits = load_data(DataConfig(name="digits", seed=3))
+    train = splits.train
+    train.set_epoch(2)
+    indices = [5, 0, 17, 5 + len(train) // 2, 3]
+    batched = train.__getitems__(indices)
+    for k, i in enumerate(indices):
+        single = train[i]
+        assert torch.equal(batched[k][0], single[0]) and torch.equal(batched[k][1], single[1])
+        assert batched[k][2:] == single[2:]

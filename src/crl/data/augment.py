@@ -7,6 +7,7 @@ so the same config produces the same views on any number of data-loader workers 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +38,55 @@ def item_seed(*keys: int) -> int:
     return h >> 1
 
 
-def _uniform(generator: torch.Generator, low: float, high: float) -> float:
-    return low + (high - low) * float(torch.rand((), generator=generator, dtype=torch.float64))
+def _draw(cfg: DigitsConfig, generator: torch.Generator, shape: tuple[int, int, int]
+          ) -> tuple[list[float], Tensor | None, tuple[int, int] | None]:
+    """The random choices of one view: affine ``[cos, -sin, tx, sin, cos, ty]``, the noise
+    ``(C, H, W)`` (None without noise) and the cutout corner (None without cutout)."""
+    _, h, w = shape
+    u = torch.rand(5, generator=generator, dtype=torch.float64).tolist()
+    low, high = cfg.crop_scale
+    scale = low + (high - low) * u[0]
+    angle = math.radians(cfg.max_rotation * (2 * u[1] - 1))
+    # Normalised coordinates span 2 units per side, so a shift of f sides is 2 f units.
+    tx, ty = (2 * cfg.max_shift * (2 * v - 1) for v in u[2:4])
+    cos, sin = scale * math.cos(angle), scale * math.sin(angle)
+    noise = (torch.randn(shape, generator=generator, dtype=torch.float32)
+             if cfg.noise_std > 0 else None)
+    corner = None
+    if u[4] < cfg.cutout_prob:
+        size = min(cfg.cutout_size, h, w)
+        top = int(torch.randint(0, h - size + 1, (), generator=generator))
+        left = int(torch.randint(0, w - size + 1, (), generator=generator))
+        corner = (top, left)
+    return [cos, -sin, tx, sin, cos, ty], noise, corner
+
+
+def augment_images(images: Tensor, cfg: DigitsConfig, generators: Sequence[torch.Generator]
+                   ) -> Tensor:
+    """One random view of each of ``images (B, C, H, W)``, the ``i``-th drawn from
+    ``generators[i]``; every view is the same as :func:`augment_image` gives for its image.
+
+    The random choices are drawn per view; the resampling runs once for the whole batch.
+
+    Example:
+        >>> gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+        >>> augment_images(torch.rand(2, 1, 8, 8), DigitsConfig(), gens).shape
+        torch.Size([2, 1, 8, 8])
+    """
+    b, c, h, w = images.shape
+    draws = [_draw(cfg, g, (c, h, w)) for g in generators]
+    theta = torch.tensor([d[0] for d in draws], dtype=images.dtype).view(b, 2, 3)
+    grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)  # (B, H, W, 2)
+    out = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros",
+                        align_corners=False)  # (B, C, H, W)
+    if cfg.noise_std > 0:
+        noise = torch.stack([d[1] for d in draws if d[1] is not None]).to(out.dtype)
+        out = (out + cfg.noise_std * noise).clamp_(0.0, 1.0)
+    size = min(cfg.cutout_size, h, w)
+    for k, (_, _, corner) in enumerate(draws):
+        if corner is not None:
+            out[k, :, corner[0]:corner[0] + size, corner[1]:corner[1] + size] = 0.0
+    return out
 
 
 def augment_image(image: Tensor, cfg: DigitsConfig, generator: torch.Generator) -> Tensor:
@@ -55,23 +103,4 @@ def augment_image(image: Tensor, cfg: DigitsConfig, generator: torch.Generator) 
         >>> view.shape, bool(view.min() >= 0), bool(view.max() <= 1)
         (torch.Size([1, 8, 8]), True, True)
     """
-    c, h, w = image.shape
-    scale = _uniform(generator, *cfg.crop_scale)
-    angle = math.radians(_uniform(generator, -cfg.max_rotation, cfg.max_rotation))
-    # Normalised coordinates span 2 units per side, so a shift of f sides is 2 f units.
-    tx = _uniform(generator, -2 * cfg.max_shift, 2 * cfg.max_shift)
-    ty = _uniform(generator, -2 * cfg.max_shift, 2 * cfg.max_shift)
-    cos, sin = scale * math.cos(angle), scale * math.sin(angle)
-    theta = torch.tensor([[[cos, -sin, tx], [sin, cos, ty]]], dtype=image.dtype)  # (1, 2, 3)
-    grid = F.affine_grid(theta, [1, c, h, w], align_corners=False)  # (1, H, W, 2)
-    out = F.grid_sample(image[None], grid, mode="bilinear", padding_mode="zeros",
-                        align_corners=False)[0]  # (C, H, W)
-    if cfg.noise_std > 0:
-        noise = torch.randn(out.shape, generator=generator, dtype=out.dtype)
-        out = (out + cfg.noise_std * noise).clamp_(0.0, 1.0)
-    if float(torch.rand((), generator=generator)) < cfg.cutout_prob:
-        size = min(cfg.cutout_size, h, w)
-        top = int(torch.randint(0, h - size + 1, (), generator=generator))
-        left = int(torch.randint(0, w - size + 1, (), generator=generator))
-        out[:, top:top + size, left:left + size] = 0.0
-    return out
+    return augment_images(image[None], cfg, [generator])[0]

@@ -87,6 +87,11 @@ class PairDataset(Dataset[Item]):
         label = -1 if self.labels is None else int(self.labels[i])
         return a, b, i, label
 
+    def __getitems__(self, indices: Sequence[int]) -> list[Item]:
+        """Several items at once (torch's DataLoader fetches a batch this way); data sets that
+        can build a batch faster than item by item override it."""
+        return [self[int(i)] for i in indices]
+
     def _subset_labels(self, idx: np.ndarray) -> Tensor | None:
         return None if self.labels is None else self.labels[torch.as_tensor(idx, dtype=torch.long)]
 

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from crl.data.augment import augment_image, item_seed
-from crl.data.base import PairDataset
+from crl.data.augment import augment_image, augment_images, item_seed
+from crl.data.base import Item, PairDataset
 from crl.data.config import DigitsConfig
 
 
@@ -73,6 +73,20 @@ class AugmentedImageDataset(PairDataset):
 
     def _views(self, i: int) -> tuple[Tensor, Tensor]:
         return self.view(i, 0), self.view(i, 1)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Item]:
+        """The items ``indices`` at once (torch's DataLoader calls this for a whole batch): the
+        views equal those of ``self[i]``, resampled in one batched call."""
+        idx = [int(i) for i in indices]
+        if not self.cfg.augment:
+            return [self[i] for i in idx]
+        images = self.images[torch.as_tensor(idx, dtype=torch.long)]  # (B, C, H, W)
+        views = [augment_images(images, self.cfg, [
+            torch.Generator().manual_seed(item_seed(self.seed, self.epoch, i, v)) for i in idx])
+            for v in (0, 1)]
+        labels = self.labels
+        return [(views[0][k], views[1][k], i, int(labels[i]) if labels is not None else -1)
+                for k, i in enumerate(idx)]
 
     def eval_views(self) -> tuple[Tensor, Tensor]:
         """The clean images, and one augmented view of each drawn with a fixed seed.

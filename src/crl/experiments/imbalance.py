@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from crl.data import DataConfig, load_data
-from crl.data.augment import augment_image, item_seed
+from crl.data.augment import augment_images, item_seed
 from crl.eval.probes import accuracy_scores
 from crl.experiments import plots
 from crl.experiments.study import Analysis, Figure, RunSpec, Section, Study, Table
@@ -35,8 +35,8 @@ from crl.train.rundir import SUMMARY_FILE, write_json
 
 RATIOS = {"smoke": (1, 100), "quick": (1, 10, 50, 100), "full": (1, 10, 50, 100)}
 METHODS = ("supervised", "contrastive", "contrastive_kmeans")
-STEPS = {"smoke": 20, "quick": 800, "full": 3000}
-BATCH = {"smoke": 64, "quick": 256, "full": 256}
+STEPS = {"smoke": 20, "quick": 400, "full": 3000}
+BATCH = {"smoke": 64, "quick": 128, "full": 256}
 NUM_AUGMENT = {"smoke": 2, "quick": 8, "full": 16}
 SEEDS = {"smoke": (0,), "quick": (0, 1), "full": (0, 1, 2)}
 MODEL = {"kind": "cnn", "embed_dim": 64, "hidden_dim": 128, "head": "mlp", "shared_tower": True}
@@ -57,7 +57,8 @@ def _discrepancy(encode: Any, data_cfg: DataConfig, seed: int,
 
     def augment(x: Tensor, generator: torch.Generator | None) -> Tensor:
         gen = generator if generator is not None else torch.Generator().manual_seed(seed)
-        return torch.stack([augment_image(img, cfg, gen) for img in x])
+        seeds = torch.randint(0, 2**62, (x.shape[0],), generator=gen).tolist()
+        return augment_images(x, cfg, [torch.Generator().manual_seed(s) for s in seeds])
 
     return internal_discrepancy(encode, images, augment, labels, num_augment=num_augment,
                                 generator=torch.Generator().manual_seed(seed))
@@ -82,7 +83,7 @@ def train_supervised(config: dict[str, Any]) -> tuple[dict[str, float], Discrepa
     for step in range(steps):
         train.set_epoch(step)
         index = torch.randint(len(train), (min(batch, len(train)),), generator=order)
-        views = torch.stack([train[int(i)][0] for i in index])
+        views = torch.stack([item[0] for item in train.__getitems__(index.tolist())])
         logits = head(model.encode_a(views) / 0.1)  # normalised features, temperature 0.1
         loss = F.cross_entropy(logits, labels[index])
         optimizer.zero_grad()
