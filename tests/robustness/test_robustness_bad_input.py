@@ -570,7 +570,8 @@ def test_cli_bad_input(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     from crl.cli import app
 
     assert case.cli is not None
-    monkeypatch.delenv("CRL_DEBUG", raising=False)
+    # "0" is off; monkeypatch restores the variable that `crl --debug` below sets in-process.
+    monkeypatch.setenv("CRL_DEBUG", "0")
     args = case.cli(tmp_path)
     before = _tree(tmp_path)
     result = CliRunner().invoke(app, args)
