@@ -1,4 +1,4 @@
-"""Retrieval metrics on score matrices, computed over blocks of queries (THEORY.md section 4).
+"""Retrieval metrics on score matrices, computed over tiles of scores (THEORY.md section 4).
 
 Conventions (used by every function here):
 
@@ -16,6 +16,7 @@ Conventions (used by every function here):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -37,25 +38,86 @@ def _check_ks(where: str, ks: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(k) for k in ks)
 
 
-def _direction_stats(queries: Tensor, candidates: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
-    """Ranks ``(N,)`` (int64) and AUC values ``(N,)`` (float64) of query ``i``'s positive ``i``.
+#: Counts are sums of 0/1 floats, exact in float32 up to 2**24 terms (a tile side never exceeds it
+#: in practice; a float64 mask is used beyond).
+_FLOAT32_EXACT_COUNT = 2**24
 
-    Memory is ``O(block_size x N)``: one block of query rows is scored at a time.
+
+class _PairCounts(NamedTuple):
+    """For each pair ``i``, negatives scored above / equal to the positive ``s_ii``, ``(N,)`` int64.
+
+    ``x2y`` counts row ``i`` of ``S = a @ b.T`` (candidates ``b_j``), ``y2x`` column ``i``
+    (candidates ``a_j``); the positive itself is never counted.
     """
-    n = queries.shape[0]
-    ranks = torch.empty(n, dtype=torch.int64)
-    aucs = torch.empty(n, dtype=torch.float64)
-    for start in range(0, n, block_size):
-        stop = min(start + block_size, n)
-        scores = queries[start:stop] @ candidates.T  # (Q, N)
-        rows = torch.arange(stop - start, device=scores.device)
-        positive = scores[rows, rows + start].unsqueeze(1)  # (Q, 1)
-        # The positive itself is counted once in `ge` and once in `eq`: take it out of both.
-        above = torch.count_nonzero(scores > positive, dim=1)  # no int64 copy of the block
-        equal = torch.count_nonzero(scores == positive, dim=1) - 1
-        below = n - 1 - above - equal
-        ranks[start:stop] = (1 + above + equal).cpu()
-        aucs[start:stop] = ((below.double() + 0.5 * equal.double()) / (n - 1)).cpu()
+
+    x2y_above: Tensor
+    x2y_equal: Tensor
+    y2x_above: Tensor
+    y2x_equal: Tensor
+
+
+def _pair_counts(a: Tensor, b: Tensor, block_size: int) -> _PairCounts:
+    """Count, in one pass over ``S = a @ b.T``, the negatives at or above each positive, both ways.
+
+    ``S`` is scored in ``T x T`` tiles (``T = min(block_size, N)``), each exactly once: a tile's
+    rows give the ``x2y`` counts of its queries, its columns the ``y2x`` counts of its candidates,
+    so no pair is scored twice. The diagonal tiles go first: they hold every positive ``s_ii``,
+    which is then taken from the very product it is compared in (an exact duplicate of the positive
+    ties with it however the product rounds). Counting is comparisons into one preallocated 0/1
+    float mask summed by a matrix-vector product (much faster than bool reductions); memory is
+    ``O(T^2)`` beyond the inputs.
+    """
+    n = a.shape[0]
+    side = min(block_size, n)
+    starts = range(0, n, side)
+    mask_dtype = torch.float32 if side <= _FLOAT32_EXACT_COUNT else torch.float64
+    score_buf = a.new_empty(side * side)
+    mask_buf = torch.empty(side * side, dtype=mask_dtype, device=a.device)
+    ones = torch.ones(side, dtype=mask_dtype, device=a.device)
+    positive = a.new_empty(n)  # s_ii
+    x2y_above, x2y_equal, y2x_above, y2x_equal = torch.zeros(4, n, dtype=torch.int64,
+                                                             device=a.device)
+
+    def scores(r0: int, c0: int) -> Tensor:
+        r1, c1 = min(r0 + side, n), min(c0 + side, n)
+        # A contiguous view of the flat buffer, so that the product writes into it directly.
+        out = score_buf[: (r1 - r0) * (c1 - c0)].view(r1 - r0, c1 - c0)
+        return torch.mm(a[r0:r1], b[c0:c1].T, out=out)  # (rows, cols)
+
+    def count(tile: Tensor, r0: int, c0: int) -> None:
+        rows, cols = tile.shape
+        mask = mask_buf[: rows * cols].view(rows, cols)
+        r1, c1 = r0 + rows, c0 + cols
+        row_pos, col_pos = positive[r0:r1, None], positive[None, c0:c1]
+        torch.gt(tile, row_pos, out=mask)
+        x2y_above[r0:r1] += torch.mv(mask, ones[:cols]).long()
+        torch.eq(tile, row_pos, out=mask)
+        x2y_equal[r0:r1] += torch.mv(mask, ones[:cols]).long()
+        torch.gt(tile, col_pos, out=mask)
+        y2x_above[c0:c1] += torch.mv(mask.T, ones[:rows]).long()
+        torch.eq(tile, col_pos, out=mask)
+        y2x_equal[c0:c1] += torch.mv(mask.T, ones[:rows]).long()
+
+    for start in starts:
+        tile = scores(start, start)
+        positive[start : start + tile.shape[0]] = tile.diagonal()
+        count(tile, start, start)
+    # Each positive equals itself exactly once in its row and once in its column.
+    x2y_equal -= 1
+    y2x_equal -= 1
+    for r0 in starts:
+        for c0 in starts:
+            if r0 != c0:
+                count(scores(r0, c0), r0, c0)
+    return _PairCounts(x2y_above, x2y_equal, y2x_above, y2x_equal)
+
+
+def _ranks_and_aucs(above: Tensor, equal: Tensor) -> tuple[Tensor, Tensor]:
+    """Ranks ``(N,)`` (int64) and AUC values ``(N,)`` (float64) from the counts of one direction."""
+    n = above.shape[0]
+    below = n - 1 - above - equal
+    ranks = (1 + above + equal).cpu()  # ties count against the positive
+    aucs = ((below.double() + 0.5 * equal.double()) / (n - 1)).cpu()
     return ranks, aucs
 
 
@@ -70,14 +132,17 @@ def retrieval_metrics(
 
     Scores are inner products ``s_ij = a_i . b_j`` (normalise the embeddings first for cosine).
     ``x2y`` ranks the ``b`` candidates for each query ``a_i``; ``y2x`` the ``a`` candidates for each
-    ``b_i``. Only ``block_size`` query rows are scored at a time, so memory is
-    ``O(block_size x N)``; the result does not depend on ``block_size``.
+    ``b_i``. Every score is computed once, in ``block_size x block_size`` tiles of ``a @ b.T``
+    whose rows serve ``x2y`` and whose columns serve ``y2x``, so memory is ``O(block_size^2)``
+    beyond the inputs (about ``8 block_size^2`` bytes in float32: 128 MiB at the default) and the
+    result does not depend on ``block_size``. No top-k is needed: recall@k is ``rank <= k``.
+    Time is one ``N x N x D`` product plus four comparisons per score.
 
     Args:
         a: ``(N, D)`` view-a embeddings.
         b: ``(N, D)`` view-b embeddings; ``b[i]`` is the positive of ``a[i]``.
         ks: The cut-offs of ``recall@k`` (each ``>= 1``; ``k >= N`` gives recall 1).
-        block_size: Query rows scored at once (``>= 1``).
+        block_size: Side of the square tiles of scores computed at once (``>= 1``).
 
     Returns:
         ``retrieval/{x2y,y2x}_recall@k`` for each k, ``retrieval/{x2y,y2x}_auc``,
@@ -100,9 +165,11 @@ def retrieval_metrics(
     check_int_range(where, "block_size", block_size, 1, None)
     dtype = compute_dtype(a, b)
     a, b = a.detach().to(dtype), b.detach().to(dtype)
+    counts = _pair_counts(a, b, block_size)
     out: dict[str, float] = {}
-    for name, queries, candidates in (("x2y", a, b), ("y2x", b, a)):
-        ranks, aucs = _direction_stats(queries, candidates, block_size)
+    for name, above, equal in (("x2y", counts.x2y_above, counts.x2y_equal),
+                               ("y2x", counts.y2x_above, counts.y2x_equal)):
+        ranks, aucs = _ranks_and_aucs(above, equal)
         for k in ks:
             out[f"retrieval/{name}_recall@{k}"] = float((ranks <= k).double().mean())
         out[f"retrieval/{name}_auc"] = float(aucs.mean())
