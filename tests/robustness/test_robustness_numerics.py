@@ -63,9 +63,10 @@ def _delta(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return scores - scores.diagonal().unsqueeze(1), ~torch.eye(a.shape[0], dtype=torch.bool)
 
 
-def _gcl(mode: str) -> Callable[[Tensor, Tensor], Tensor]:
+def _gcl(mode: str, block_size: int | None = None) -> Callable[[Tensor, Tensor], Tensor]:
     def run(a: Tensor, b: Tensor) -> Tensor:
-        loss = GlobalContrastiveLoss(num_samples=20, temperature=TAU, temperature_mode=mode)
+        loss = GlobalContrastiveLoss(num_samples=20, temperature=TAU, temperature_mode=mode,
+                                     block_size=block_size)
         index = torch.arange(3, 3 + a.shape[0])
         loss(a.detach(), b.detach(), index)  # a first visit, then the estimator proper
         return loss(a, b, index)
@@ -104,6 +105,8 @@ LOSSES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "gcl_fixed": _gcl("fixed"),
     "gcl_global_learnable": _gcl("global_learnable"),
     "gcl_per_sample": _gcl("per_sample"),
+    "gcl_tiled": _gcl("fixed", block_size=3),
+    "gcl_tiled_per_sample": _gcl("per_sample", block_size=3),
     "tiled_info_nce": lambda a, b: tiled_info_nce(a, b, temperature=TAU, symmetric=True,
                                                   block_size=3),
     "tiled_info_nce_masked": lambda a, b: tiled_info_nce(a, b, temperature=TAU,
@@ -213,14 +216,15 @@ def test_dual_encoder_logit_scale_stays_clamped_in_training() -> None:
 # ----------------------------------------------------------------------------- GCL state
 
 
+@pytest.mark.parametrize("block_size", [None, 3], ids=["dense", "tiled"])
 @pytest.mark.parametrize("mode", ["fixed", "global_learnable", "per_sample"])
-def test_gcl_state_stays_finite_over_many_steps(mode: str) -> None:
+def test_gcl_state_stays_finite_over_many_steps(mode: str, block_size: int | None) -> None:
     """At tau 0.005, batches alternate between tiny (norm 1e-3) and huge (norm 1e3) embeddings
     and hard negatives: log u never overflows or underflows, the loss and gradients stay finite,
     and g_hat / u <= 1 / gamma keeps the loss bounded."""
     n = 32
     loss_fn = GlobalContrastiveLoss(num_samples=n, temperature=TAU, gamma=0.9,
-                                    temperature_mode=mode)
+                                    temperature_mode=mode, block_size=block_size)
     gen = torch.Generator().manual_seed(0)
     for step in range(60):
         index = torch.randperm(n, generator=gen)[:B]
