@@ -638,3 +638,19 @@ def test_docs_table_lists_exactly_these_cases() -> None:
 
 if __name__ == "__main__":
     sys.stdout.write(markdown_table())
+
+
+def test_debug_does_not_leak_into_later_in_process_invocations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crl.cli import app
+
+    monkeypatch.setenv("CRL_DEBUG", "0")
+    monkeypatch.delenv("CRL_DEBUG")  # absent, and restored by monkeypatch afterwards
+    args = ["train", "digits-simclr2", "--out", str(tmp_path)]
+    assert isinstance(CliRunner().invoke(app, ["--debug", *args]).exception, CrlValueError)
+    plain = CliRunner().invoke(app, args)
+    assert plain.exit_code == 2 and plain.stderr.startswith("error: ")
+    assert "CRL_DEBUG" not in os.environ
+    monkeypatch.setenv("CRL_DEBUG", "1")  # exported by the user: kept
+    assert isinstance(CliRunner().invoke(app, args).exception, CrlValueError)
+    assert os.environ["CRL_DEBUG"] == "1"

@@ -36,8 +36,18 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
+    # The variable reaches worker processes too. Undo what an earlier in-process invocation
+    # (a test, a notebook calling app()) set, but never a CRL_DEBUG the user exported.
+    global _debug_set_here
     if debug:
+        _debug_set_here = _debug_set_here or "CRL_DEBUG" not in os.environ
         os.environ["CRL_DEBUG"] = "1"
+    elif _debug_set_here:
+        os.environ.pop("CRL_DEBUG", None)
+        _debug_set_here = False
+
+
+_debug_set_here = False
 
 
 def _register() -> None:
