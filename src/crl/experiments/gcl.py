@@ -23,7 +23,7 @@ from crl.experiments.study import Analysis, Figure, RunSpec, Section, Study, Tab
 BATCHES = {"smoke": (16, 0), "quick": (16, 64, 256, 0), "full": (16, 64, 256, 0)}  # 0 = full
 SEEDS = {"smoke": (0,), "quick": (0, 1), "full": (0, 1, 2)}
 EPOCHS = {"smoke": 2, "quick": 10, "full": 50}
-FULL_BATCH_STEPS = {"smoke": 20, "quick": 600, "full": 3000}
+FULL_BATCH_STEPS = {"smoke": 20, "quick": 300, "full": 3000}
 NUM_TRAIN = {"smoke": 256, "quick": 2048, "full": 8192}
 LOSSES = ("gcl", "info_nce")
 TAU = 0.1
