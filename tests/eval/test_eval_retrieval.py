@@ -153,3 +153,88 @@ def test_score_matrix_errors() -> None:
     with pytest.raises(CrlValueError, match="shape"):
         average_precision(torch.zeros(1, 2), torch.ones(1, 3, dtype=torch.bool))
     assert np.isfinite(float(auc_criterion(torch.zeros(1, 2), torch.tensor([[True, False]]))[0]))
+
+
+def _vectorized_reference(a: torch.Tensor, b: torch.Tensor,
+                          ks: tuple[int, ...]) -> dict[str, float]:
+    """The definitions on one full float64 score matrix, with broadcasting instead of loops."""
+    s = a.double() @ b.double().T
+    n = s.shape[0]
+    off = ~torch.eye(n, dtype=torch.bool)
+    out: dict[str, float] = {}
+    for name, scores in (("x2y", s), ("y2x", s.T)):
+        pos = scores.diagonal()[:, None]
+        above_or_tied = ((scores >= pos) & off).sum(1)
+        below = ((scores < pos) & off).sum(1)
+        tied = ((scores == pos) & off).sum(1)
+        ranks = (1 + above_or_tied).double()
+        for k in ks:
+            out[f"retrieval/{name}_recall@{k}"] = float((ranks <= k).double().mean())
+        out[f"retrieval/{name}_auc"] = float(((below.double() + 0.5 * tied.double())
+                                              / (n - 1)).mean())
+        out[f"retrieval/{name}_mean_rank"] = float(ranks.mean())
+        out[f"retrieval/{name}_median_rank"] = float(statistics.median(ranks.tolist()))
+    return out
+
+
+@pytest.mark.parametrize("block_size", [7, 64, 99, 100, 350, 4096])
+def test_continuous_scores_match_reference_over_tiles(block_size: int) -> None:
+    # 350 pairs: block sizes that divide it, do not, equal it and exceed it.
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(350, 8, generator=gen, dtype=torch.float64)
+    b = a + torch.randn(350, 8, generator=gen, dtype=torch.float64)
+    ks = (1, 5, 10)
+    got = retrieval_metrics(a, b, ks=ks, block_size=block_size)
+    want = _vectorized_reference(a, b, ks)
+    _assert_close(got, want)
+    assert 0.0 < want["retrieval/x2y_recall@1"] < 1.0  # neither trivial nor hopeless
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 40), block=st.integers(1, 45), seed=st.integers(0, 10_000))
+def test_dyadic_ties_across_tiles_property(n: int, block: int, seed: int) -> None:
+    # Halves are exact in float32, so scores (and their ties) are the same in any summation order;
+    # copies of positives land in other tiles than the positive itself.
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randint(-2, 3, (n, 3), generator=gen).float() / 2
+    b = torch.randint(-2, 3, (n, 3), generator=gen).float() / 2
+    j = torch.randint(0, n, (n // 3,), generator=gen)
+    b[torch.randint(0, n, (n // 3,), generator=gen)] = b[j]
+    a[torch.randint(0, n, (n // 3,), generator=gen)] = a[j]
+    _assert_close(retrieval_metrics(a, b, ks=(1, 2), block_size=block), _reference(a, b, (1, 2)))
+
+
+@pytest.mark.parametrize("block_size", [2, 3, 5, 12])
+def test_duplicate_of_the_positive_ties_with_it(block_size: int) -> None:
+    # A perfect encoder on continuous float32 embeddings, except that candidate b[9] is a copy of
+    # b[2] (in another tile than the positive s_22 for small blocks). The copy must tie with the
+    # positive and count against it: query 2 drops to rank 2, query 9 lost its positive.
+    gen = torch.Generator().manual_seed(5)
+    a = torch.nn.functional.normalize(torch.randn(12, 6, generator=gen), dim=1)
+    b = a.clone()
+    b[9] = b[2]
+    got = retrieval_metrics(a, b, ks=(1, 2), block_size=block_size)
+    _assert_close(got, _reference(a, b, (1, 2)))
+    assert got["retrieval/x2y_recall@1"] == pytest.approx(10 / 12)
+    assert got["retrieval/x2y_recall@2"] == pytest.approx(11 / 12)
+    assert got["retrieval/y2x_recall@1"] == pytest.approx(11 / 12)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_worker_threads_count_the_same(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    # Force the thread pool on a small input: its workers share out tiles (diagonal ones first)
+    # and sum their own counts; the torch thread count is restored afterwards.
+    import crl.eval.retrieval as retrieval
+
+    monkeypatch.setattr(retrieval, "_MIN_SCORES_FOR_WORKERS", 0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(7)
+        a = torch.randint(-1, 2, (50, 3), generator=gen).float()
+        b = torch.randint(-1, 2, (50, 3), generator=gen).float()
+        got = retrieval_metrics(a, b, ks=(1, 3), block_size=6)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    _assert_close(got, _reference(a, b, (1, 3)))

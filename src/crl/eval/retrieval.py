@@ -15,7 +15,10 @@ Conventions (used by every function here):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import NamedTuple
 
 import torch
@@ -38,16 +41,17 @@ def _check_ks(where: str, ks: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(k) for k in ks)
 
 
-#: Counts are sums of 0/1 floats, exact in float32 up to 2**24 terms (a tile side never exceeds it
-#: in practice; a float64 mask is used beyond).
+#: Counts are sums of 0/1 floats, exact in float32 up to 2**24 terms (a float64 mask beyond).
 _FLOAT32_EXACT_COUNT = 2**24
+#: Below this many scores the tiles are counted in the calling thread (a thread pool costs more).
+_MIN_SCORES_FOR_WORKERS = 2**22
 
 
 class _PairCounts(NamedTuple):
     """For each pair ``i``, negatives scored above / equal to the positive ``s_ii``, ``(N,)`` int64.
 
     ``x2y`` counts row ``i`` of ``S = a @ b.T`` (candidates ``b_j``), ``y2x`` column ``i``
-    (candidates ``a_j``); the positive itself is never counted.
+    (candidates ``a_j``); the positive itself is not counted.
     """
 
     x2y_above: Tensor
@@ -56,60 +60,117 @@ class _PairCounts(NamedTuple):
     y2x_equal: Tensor
 
 
+class _TileCounter:
+    """One worker's score and mask buffers, and its own counts (so workers never share a write).
+
+    ``counts`` is ``(4, N)`` int64: x2y above, x2y equal, y2x above, y2x equal, with the positive
+    itself included once in both "equal" rows for the diagonal tiles this worker counted.
+    """
+
+    def __init__(self, a: Tensor, b: Tensor, positive: Tensor, side: int) -> None:
+        self.a, self.b, self.positive, self.side = a, b, positive, side
+        mask_dtype = torch.float32 if side <= _FLOAT32_EXACT_COUNT else torch.float64
+        self.score_buf = a.new_empty(side * side)
+        self.mask_buf = torch.empty(side * side, dtype=mask_dtype, device=a.device)
+        self.ones = torch.ones(side, dtype=mask_dtype, device=a.device)
+        self.counts = torch.zeros(4, a.shape[0], dtype=torch.int64, device=a.device)
+
+    def count(self, r0: int, c0: int) -> None:
+        """Score the tile at rows ``r0:``, columns ``c0:`` and add its counts.
+
+        A diagonal tile (``r0 == c0``) first records its diagonal as the positives of its pairs,
+        so each positive is the very value it is compared with (a copy of a positive ties with it).
+        """
+        n = self.a.shape[0]
+        r1, c1 = min(r0 + self.side, n), min(c0 + self.side, n)
+        rows, cols = r1 - r0, c1 - c0
+        # Contiguous views of the flat buffers, so that each op writes into them directly.
+        scores = torch.mm(self.a[r0:r1], self.b[c0:c1].T,
+                          out=self.score_buf[: rows * cols].view(rows, cols))  # (rows, cols)
+        if r0 == c0:
+            self.positive[r0:r1] = scores.diagonal()
+        mask = self.mask_buf[: rows * cols].view(rows, cols)
+        row_pos, col_pos = self.positive[r0:r1, None], self.positive[None, c0:c1]
+        x2y_above, x2y_equal, y2x_above, y2x_equal = self.counts
+        torch.gt(scores, row_pos, out=mask)
+        x2y_above[r0:r1] += torch.mv(mask, self.ones[:cols]).long()
+        torch.eq(scores, row_pos, out=mask)
+        x2y_equal[r0:r1] += torch.mv(mask, self.ones[:cols]).long()
+        torch.gt(scores, col_pos, out=mask)
+        y2x_above[c0:c1] += torch.mv(mask.T, self.ones[:rows]).long()
+        torch.eq(scores, col_pos, out=mask)
+        y2x_equal[c0:c1] += torch.mv(mask.T, self.ones[:rows]).long()
+
+
+def _count_tiles(counters: list[_TileCounter], tiles: list[tuple[int, int]]) -> None:
+    """Count ``tiles`` (``(r0, c0)`` corners) with one thread per counter, taking them in turn."""
+    if len(counters) == 1:
+        for r0, c0 in tiles:
+            counters[0].count(r0, c0)
+        return
+    pending = iter(tiles)
+    lock = threading.Lock()
+
+    def work(counter: _TileCounter) -> None:
+        while True:
+            with lock:
+                tile = next(pending, None)
+            if tile is None:
+                return
+            counter.count(*tile)
+
+    with ThreadPoolExecutor(max_workers=len(counters)) as pool:
+        for done in [pool.submit(work, counter) for counter in counters]:
+            done.result()  # re-raises a worker's error
+
+
+@contextmanager
+def _single_threaded_ops() -> Iterator[None]:
+    """Run torch ops on one thread each while inside (restoring the thread count after).
+
+    Workers counting their own tiles in parallel beat one tile at a time on all threads: no
+    barrier per op (costly when other processes share the cores) and tiles that stay in cache.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _pair_counts(a: Tensor, b: Tensor, block_size: int) -> _PairCounts:
     """Count, in one pass over ``S = a @ b.T``, the negatives at or above each positive, both ways.
 
     ``S`` is scored in ``T x T`` tiles (``T = min(block_size, N)``), each exactly once: a tile's
     rows give the ``x2y`` counts of its queries, its columns the ``y2x`` counts of its candidates,
     so no pair is scored twice. The diagonal tiles go first: they hold every positive ``s_ii``,
-    which is then taken from the very product it is compared in (an exact duplicate of the positive
-    ties with it however the product rounds). Counting is comparisons into one preallocated 0/1
-    float mask summed by a matrix-vector product (much faster than bool reductions); memory is
-    ``O(T^2)`` beyond the inputs.
+    which the other tiles compare with. Counting is comparisons into a preallocated 0/1 float mask
+    summed by a matrix-vector product (much faster than bool reductions). On CPU, with more than
+    one torch thread, ``torch.get_num_threads()`` workers count tiles in parallel, each running
+    single-threaded ops. Memory is ``O(T^2)`` per worker beyond the inputs.
     """
     n = a.shape[0]
     side = min(block_size, n)
     starts = range(0, n, side)
-    mask_dtype = torch.float32 if side <= _FLOAT32_EXACT_COUNT else torch.float64
-    score_buf = a.new_empty(side * side)
-    mask_buf = torch.empty(side * side, dtype=mask_dtype, device=a.device)
-    ones = torch.ones(side, dtype=mask_dtype, device=a.device)
-    positive = a.new_empty(n)  # s_ii
-    x2y_above, x2y_equal, y2x_above, y2x_equal = torch.zeros(4, n, dtype=torch.int64,
-                                                             device=a.device)
-
-    def scores(r0: int, c0: int) -> Tensor:
-        r1, c1 = min(r0 + side, n), min(c0 + side, n)
-        # A contiguous view of the flat buffer, so that the product writes into it directly.
-        out = score_buf[: (r1 - r0) * (c1 - c0)].view(r1 - r0, c1 - c0)
-        return torch.mm(a[r0:r1], b[c0:c1].T, out=out)  # (rows, cols)
-
-    def count(tile: Tensor, r0: int, c0: int) -> None:
-        rows, cols = tile.shape
-        mask = mask_buf[: rows * cols].view(rows, cols)
-        r1, c1 = r0 + rows, c0 + cols
-        row_pos, col_pos = positive[r0:r1, None], positive[None, c0:c1]
-        torch.gt(tile, row_pos, out=mask)
-        x2y_above[r0:r1] += torch.mv(mask, ones[:cols]).long()
-        torch.eq(tile, row_pos, out=mask)
-        x2y_equal[r0:r1] += torch.mv(mask, ones[:cols]).long()
-        torch.gt(tile, col_pos, out=mask)
-        y2x_above[c0:c1] += torch.mv(mask.T, ones[:rows]).long()
-        torch.eq(tile, col_pos, out=mask)
-        y2x_equal[c0:c1] += torch.mv(mask.T, ones[:rows]).long()
-
-    for start in starts:
-        tile = scores(start, start)
-        positive[start : start + tile.shape[0]] = tile.diagonal()
-        count(tile, start, start)
+    positive = a.new_empty(n)  # s_ii, filled by the diagonal tiles
+    workers = 1
+    if a.device.type == "cpu" and n * n >= _MIN_SCORES_FOR_WORKERS:
+        workers = max(1, min(torch.get_num_threads(), len(starts)))
+    # Only the pool's workers need single-threaded ops; one counter keeps the caller's threads.
+    threads: AbstractContextManager[None] = (
+        _single_threaded_ops() if workers > 1 else nullcontext())
+    with threads:
+        counters = [_TileCounter(a, b, positive, side) for _ in range(workers)]
+        _count_tiles(counters, [(s, s) for s in starts])  # every positive before any other tile
+        _count_tiles(counters, [(r0, c0) for r0 in starts for c0 in starts if r0 != c0])
+    counts = counters[0].counts
+    for counter in counters[1:]:
+        counts += counter.counts
     # Each positive equals itself exactly once in its row and once in its column.
-    x2y_equal -= 1
-    y2x_equal -= 1
-    for r0 in starts:
-        for c0 in starts:
-            if r0 != c0:
-                count(scores(r0, c0), r0, c0)
-    return _PairCounts(x2y_above, x2y_equal, y2x_above, y2x_equal)
+    counts[1] -= 1
+    counts[3] -= 1
+    return _PairCounts(*counts)
 
 
 def _ranks_and_aucs(above: Tensor, equal: Tensor) -> tuple[Tensor, Tensor]:
@@ -126,7 +187,7 @@ def retrieval_metrics(
     b: Tensor,
     *,
     ks: Sequence[int] = DEFAULT_KS,
-    block_size: int = 4096,
+    block_size: int = 1024,
 ) -> dict[str, float]:
     """Recall@k, AUC criterion and ranks of paired embeddings, in both directions.
 
@@ -134,9 +195,13 @@ def retrieval_metrics(
     ``x2y`` ranks the ``b`` candidates for each query ``a_i``; ``y2x`` the ``a`` candidates for each
     ``b_i``. Every score is computed once, in ``block_size x block_size`` tiles of ``a @ b.T``
     whose rows serve ``x2y`` and whose columns serve ``y2x``, so memory is ``O(block_size^2)``
-    beyond the inputs (about ``8 block_size^2`` bytes in float32: 128 MiB at the default) and the
-    result does not depend on ``block_size``. No top-k is needed: recall@k is ``rank <= k``.
-    Time is one ``N x N x D`` product plus four comparisons per score.
+    beyond the inputs (about ``8 block_size^2`` bytes per worker thread in float32: 8 MiB at the
+    default) and the result does not depend on ``block_size``. No top-k is needed: recall@k is
+    ``rank <= k``.
+    Time is one ``N x N x D`` product plus four comparisons per score. On CPU, for ``N^2 >= 2^22``,
+    ``torch.get_num_threads()`` worker threads count tiles in parallel with single-threaded ops
+    (the torch thread count is set to 1 during the call and restored after, like scikit-learn's
+    ``threadpool_limits``): tiles then stay in cache and no op waits for a busy core.
 
     Args:
         a: ``(N, D)`` view-a embeddings.
