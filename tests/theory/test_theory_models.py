@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,15 +23,6 @@ from crl.theory import (
     mc_risk,
     rotation_scorer,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """Small tensors: one thread avoids spin-waiting on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 # Monte Carlo sizes: the standard errors they give (about 0.005 for AUCs, 0.01 for risks) are
 # far below the size of the mistakes the tests guard against (a wrong constant or sign).
