@@ -79,7 +79,7 @@ class _TileCounter:
         """Score the tile at rows ``r0:``, columns ``c0:`` and add its counts.
 
         A diagonal tile (``r0 == c0``) first records its diagonal as the positives of its pairs,
-        so each positive is the very value it is compared with (a copy of a positive ties with it).
+        so each positive is the value the product computed for it, not a separately rounded one.
         """
         n = self.a.shape[0]
         r1, c1 = min(r0 + self.side, n), min(c0 + self.side, n)
