@@ -31,7 +31,7 @@ def run_retrieval_benchmark(
     n: int = N_FULL,
     dim: int = DIM,
     k: int = K,
-    block_size: int = 4096,
+    block_size: int = 1024,
     quick: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:

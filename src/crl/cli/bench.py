@@ -61,7 +61,7 @@ def retrieval(
     out: Path = typer.Option(Path("benchmarks/results/retrieval.json"), "--out",
                              help="Where to write the JSON results."),
     n: int = typer.Option(100_000, "--n", help="Queries and candidates."),
-    block_size: int = typer.Option(4096, "--block-size", help="retrieval_metrics block size."),
+    block_size: int = typer.Option(1024, "--block-size", help="retrieval_metrics block size."),
 ) -> None:
     """All retrieval metrics (crl, blockwise) vs a faiss IndexFlatIP top-10 search.
 

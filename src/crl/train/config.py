@@ -205,7 +205,7 @@ class EvalConfig(_Section):
     probe_features: Literal["representation", "embedding"] = "representation"
     knn_k: int = Field(20, ge=1)
     batch_size: int = Field(1024, ge=1)
-    block_size: int = Field(4096, ge=1)
+    block_size: int = Field(1024, ge=1)
 
     @model_validator(mode="after")
     def _check_ks(self) -> EvalConfig:
