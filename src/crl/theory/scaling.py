@@ -132,6 +132,9 @@ def _as_float(values: NDArray[Any]) -> FloatArray:
     return out
 
 
+# Extreme tables (values near the float range) overflow in the sums of squares; such fits come
+# out non-finite and are reported as unidentified by the callers, without a warning per array.
+@np.errstate(over="ignore", divide="ignore", invalid="ignore")
 def _profile_fit(m: FloatArray, e: FloatArray, basis: str,
                  grid: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Least squares of ``e (N, B)`` on ``[1, phi_theta(m)]`` profiled over ``theta``.
