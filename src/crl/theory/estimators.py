@@ -7,6 +7,7 @@ scorer callable ``scorer(x, y) -> (N,)`` and report a standard error.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,23 +112,16 @@ def mc_risk(model: ExactModel, scorer: Any, tau: float, *, num_anchors: int = 20
     check_positive(where, "tau", tau, allow_tensor=False)
     check_int_range(where, "num_anchors", num_anchors, 2, None)
     check_int_range(where, "num_negatives", num_negatives, 2, None)
-    fn = as_scorer(model, scorer)
     values = []
-    step = max(1, chunk // num_negatives)
-    done = 0
-    while done < num_anchors:
-        k = min(step, num_anchors - done)
-        x, y = model.sample(k, generator)
-        neg = model.sample_negatives(x, num_negatives, generator)
-        pos = fn(x, y).to(torch.float64)
-        scores = score_negatives(fn, x, neg, shared=False).to(torch.float64)
+    for pos, scores in _sampled_scores(model, as_scorer(model, scorer), num_anchors,
+                                       num_negatives, generator, chunk):
+        pos, scores = pos.to(torch.float64), scores.to(torch.float64)
         per_anchor = anchor_empirical_risk(pos, scores, tau)
         if bias_correction:
             w = torch.exp((scores - pos.unsqueeze(1)) / tau - per_anchor.unsqueeze(1) / tau)
             # w has mean 1 per row: the correction is tau Var(w) / (2 M).
             per_anchor = per_anchor + tau * w.var(dim=1) / (2 * num_negatives)
         values.append(per_anchor)
-        done += k
     return _mean_estimate(torch.cat(values))
 
 
@@ -150,19 +144,27 @@ def mc_auc(model: ExactModel, scorer: Any, *, num_anchors: int = 20_000,
     where = "mc_auc"
     check_int_range(where, "num_anchors", num_anchors, 2, None)
     check_int_range(where, "num_negatives", num_negatives, 1, None)
-    fn = as_scorer(model, scorer)
     values = []
+    for pos, scores in _sampled_scores(model, as_scorer(model, scorer), num_anchors,
+                                       num_negatives, generator, chunk):
+        pos = pos.unsqueeze(1)
+        values.append(((pos > scores).double() + 0.5 * (pos == scores).double()).mean(dim=1))
+    return _mean_estimate(torch.cat(values))
+
+
+def _sampled_scores(model: ExactModel, fn: Scorer, num_anchors: int, num_negatives: int,
+                    generator: torch.Generator | None, chunk: int
+                    ) -> Iterator[tuple[Tensor, Tensor]]:
+    """Fresh anchors with their positive scores ``(k,)`` and independent negative scores
+    ``(k, num_negatives)``, in chunks of about ``chunk`` scores, ``num_anchors`` in all."""
     step = max(1, chunk // num_negatives)
     done = 0
     while done < num_anchors:
         k = min(step, num_anchors - done)
         x, y = model.sample(k, generator)
         neg = model.sample_negatives(x, num_negatives, generator)
-        pos = fn(x, y).unsqueeze(1)
-        scores = score_negatives(fn, x, neg, shared=False)
-        values.append(((pos > scores).double() + 0.5 * (pos == scores).double()).mean(dim=1))
+        yield fn(x, y), score_negatives(fn, x, neg, shared=False)
         done += k
-    return _mean_estimate(torch.cat(values))
 
 
 def _mean_estimate(values: Tensor) -> MonteCarloEstimate:
