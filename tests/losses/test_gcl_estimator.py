@@ -50,32 +50,44 @@ def test_g_hat_is_unbiased_for_the_whole_set_when_batch_negatives_vary() -> None
 
 
 def _gradients(seed: int, tau: float, gamma: float, warm: int, epochs: int,
-               n: int = 256, b_size: int = 16) -> tuple[Tensor, Tensor, Tensor]:
-    """(exact full-data gradient, GCL estimate, mini-batch estimate) for a linear encoder,
-    the estimates averaged over ``epochs`` epochs after ``warm`` warm-up epochs."""
+               n: int = 256, b_size: int = 16,
+               classes: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """(exact full-data gradient, GCL estimate, mini-batch estimate) for a linear encoder at fixed
+    weights, the estimates averaged over ``epochs`` epochs after ``warm`` warm-up epochs (which
+    only update ``u``). ``classes = 0``: isotropic Gaussian pairs; ``classes = C``: C latent
+    classes (tight clusters around random centres, close views)."""
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=gen, dtype=torch.float64)
-    y = x + 0.5 * torch.randn(n, 8, generator=gen, dtype=torch.float64)
+    if classes:
+        centers = torch.randn(classes, 8, generator=gen, dtype=torch.float64)
+        label = torch.randint(classes, (n,), generator=gen)
+        x = centers[label] + 0.2 * torch.randn(n, 8, generator=gen, dtype=torch.float64)
+        y = x + 0.1 * torch.randn(n, 8, generator=gen, dtype=torch.float64)
+    else:
+        x = torch.randn(n, 8, generator=gen, dtype=torch.float64)
+        y = x + 0.5 * torch.randn(n, 8, generator=gen, dtype=torch.float64)
     weight = torch.randn(8, 4, generator=gen, dtype=torch.float64, requires_grad=True)
 
-    def embed(idx: Tensor) -> tuple[Tensor, Tensor]:
-        return F.normalize(x[idx] @ weight, dim=1), F.normalize(y[idx] @ weight, dim=1)
+    def embed() -> tuple[Tensor, Tensor]:
+        return F.normalize(x @ weight, dim=1), F.normalize(y @ weight, dim=1)
 
-    exact = torch.autograd.grad(contrastive_risk(*embed(torch.arange(n)), temperature=tau),
-                                weight)[0]
+    exact = torch.autograd.grad(contrastive_risk(*embed(), temperature=tau), weight)[0]
     gcl = GlobalContrastiveLoss(n, temperature=tau, gamma=gamma, symmetric=False)
-    sum_gcl, sum_mb = torch.zeros_like(weight), torch.zeros_like(weight)
+    loss_gcl, loss_mb = torch.zeros(()), torch.zeros(())
     for epoch in range(warm + epochs):
         order = torch.randperm(n, generator=gen)
-        for start in range(0, n, b_size):
-            idx = order[start:start + b_size]
-            a, b = embed(idx)
-            g = torch.autograd.grad(gcl(a, b, idx), weight, retain_graph=True)[0]
-            if epoch >= warm:
-                sum_gcl += g
-                sum_mb += torch.autograd.grad(contrastive_risk(a, b, temperature=tau), weight)[0]
+        with torch.set_grad_enabled(epoch >= warm):
+            a_all, b_all = embed()
+            for start in range(0, n, b_size):
+                idx = order[start:start + b_size]
+                a, b = a_all[idx], b_all[idx]
+                step = gcl(a, b, idx)  # updates u; its gradient is linear: sum, then grad once
+                if epoch >= warm:
+                    loss_gcl = loss_gcl + step
+                    loss_mb = loss_mb + contrastive_risk(a, b, temperature=tau)
     steps = epochs * (n // b_size)
-    return exact, sum_gcl / steps, sum_mb / steps
+    g_gcl = torch.autograd.grad(loss_gcl, weight, retain_graph=True)[0]
+    g_mb = torch.autograd.grad(loss_mb, weight)[0]
+    return exact, g_gcl / steps, g_mb / steps
 
 
 def _scores(exact: Tensor, est: Tensor) -> tuple[float, float, float]:
@@ -86,20 +98,37 @@ def _scores(exact: Tensor, est: Tensor) -> tuple[float, float, float]:
 
 
 def test_one_epoch_with_batch_16_estimates_the_full_gradient_better() -> None:
-    # Default gamma, one warm-up epoch to visit every sample, then one epoch's mean gradient;
-    # averaged over 6 data sets. Measured (tau = 0.1): GCL |norm - 1| 0.13 against 0.26
-    # for the mini-batch risk, relative error 0.36 against 0.43; the cosines tie (about 0.95):
-    # over a single epoch the sampling noise of the direction is as large as the bias.
+    # One epoch at fixed weights, B = 16, tau = 0.1, default gamma = 0.9 after one warm-up epoch
+    # (every u_i set once), n = 1024 samples from 16 latent classes, 12 data sets. Measured
+    # (mean +- s.e. over data sets; paired difference GCL - mini-batch):
+    #   cosine     0.975 +- 0.005 against 0.948 +- 0.010, +0.027 +- 0.005, GCL ahead in 12/12;
+    #   |norm - 1| 0.29 +- 0.02  against 0.55 +- 0.05,  -0.26 +- 0.03,  12/12;
+    #   rel. error 0.38 +- 0.03  against 0.68 +- 0.06,  -0.30 +- 0.03,  12/12.
+    # Why there: the mini-batch risk's error is a bias that does not shrink with n (the direction
+    # of its expected gradient has cosine 0.958 / 0.966 / 0.969 with the exact one at n = 256 /
+    # 1024 / 4096: same-class negatives, the hard ones, are in the batch only now and then), while
+    # an epoch mean's noise shrinks with n, roughly like sqrt(B / n) (GCL with u = the exact g:
+    # 0.25 / 0.19 / 0.08 of |grad|). At n = 256 noise and bias are alike (cosine +0.023 +- 0.011,
+    # 10/12); from n = 1024 the bias dominates. On isotropic Gaussian pairs (classes=0) the
+    # mini-batch bias is almost only a norm (ratio 1.2-1.3, expected cosine 0.998) and the
+    # cosines tie at every n (+0.0002 +- 0.0006 at n = 1024, -0.0010 +- 0.0007 at 4096): there
+    # is no direction bias to beat, and GCL's g_hat / u weighting is noisier per anchor than the
+    # self-normalised batch softmax (smaller gamma is worse there: -0.004 +- 0.002 at 0.5).
+    seeds = 12
     gcl_scores, mb_scores = [], []
-    for seed in range(6):
-        exact, gcl, mb = _gradients(seed, tau=0.1, gamma=0.9, warm=1, epochs=1)
+    for seed in range(seeds):
+        exact, gcl, mb = _gradients(seed, tau=0.1, gamma=0.9, warm=1, epochs=1, n=1024,
+                                    classes=16)
         gcl_scores.append(_scores(exact, gcl))
         mb_scores.append(_scores(exact, mb))
-    mean = [sum(s[k] for s in gcl_scores) / 6 for k in range(3)]
-    mean_mb = [sum(s[k] for s in mb_scores) / 6 for k in range(3)]
-    assert mean[1] < 0.75 * mean_mb[1]  # norm closer to the exact one
-    assert mean[2] < mean_mb[2]  # closer overall
-    assert mean[0] > mean_mb[0] - 0.01  # and no worse in direction
+    diff = [[g[k] - m[k] for g, m in zip(gcl_scores, mb_scores, strict=True)] for k in range(3)]
+    mean = [sum(d) / seeds for d in diff]
+    # thresholds about 3 standard errors below the measured differences
+    assert mean[0] > 0.01  # closer in direction
+    assert mean[1] < -0.15  # closer in norm
+    assert mean[2] < -0.2  # closer overall
+    assert sum(d > 0 for d in diff[0]) >= 10  # and per data set, not only on average
+    assert all(d < 0 for d in diff[1]) and all(d < 0 for d in diff[2])
 
 
 def test_expected_gradient_is_closer_in_direction_and_norm() -> None:
