@@ -3,11 +3,11 @@
 ``torchrun --nproc_per_node=N -m crl train CONFIG`` (or ``crl train --nproc N CONFIG``) starts
 ``N`` processes; :func:`crl.train.fit` then splits each global batch into ``N`` equal contiguous
 slices, one per rank, all-gathers the features with gradient (:func:`all_gather_with_grad`) and
-every rank evaluates the objective on the whole gathered batch. The gradient that reaches a rank's
-features is the sum over ranks (``N`` times the gradient of the global loss, since every rank
-holds the same loss), so averaging the parameter gradients over ranks
-(:func:`average_gradients`) gives exactly the one-process gradient of the global batch. See
-``docs/distributed.md``.
+each rank scores its own rows (:func:`own_rows`) against all gathered columns, returning ``N``
+times its share of the global loss, so that the ranks' values average to it. The gradient that
+reaches a rank's features is the sum over ranks (``N`` times the gradient of the global loss), so
+averaging the parameter gradients over ranks (:func:`average_gradients`) gives exactly the
+one-process gradient of the global batch. See ``docs/distributed.md``.
 
 Outside a process group every function here is the one-process identity: ``rank() == 0``,
 ``world_size() == 1``, :func:`all_gather_with_grad` returns its input.
@@ -198,10 +198,7 @@ def shard(batch: Sequence[T], rank_: int | None = None, world: int | None = None
         >>> shard([10, 11, 12, 13], 1, 2)
         [12, 13]
     """
-    r = rank() if rank_ is None else rank_
-    w = world_size() if world is None else world
-    b = local_batch_size(len(batch), w)
-    return list(batch[r * b:(r + 1) * b])
+    return list(batch[own_rows(len(batch), rank_, world)])
 
 
 class GatherWithGrad(torch.autograd.Function):
@@ -247,6 +244,34 @@ def all_gather_tensor(x: Tensor) -> Tensor:
     parts = [torch.empty_like(x) for _ in range(world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=0)
+
+
+def all_reduce_sum(x: Tensor) -> Tensor:
+    """The sum of ``x`` over ranks, a new tensor without a gradient (counts, logged values).
+    Outside a process group: a copy of ``x``.
+
+    Example:
+        >>> all_reduce_sum(torch.tensor([3, 4])).tolist()
+        [3, 4]
+    """
+    out = x.detach().clone()
+    if is_active() and world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out
+
+
+def own_rows(batch: int, rank_: int | None = None, world: int | None = None) -> slice:
+    """The rows of rank ``rank_`` in a gathered batch of ``batch`` rows (rank order, equal
+    slices): ``slice(r * b, (r + 1) * b)``, ``b = batch / world``.
+
+    Example:
+        >>> own_rows(8, 1, 2)
+        slice(4, 8, None)
+    """
+    r = rank() if rank_ is None else rank_
+    w = world_size() if world is None else world
+    b = local_batch_size(batch, w)
+    return slice(r * b, (r + 1) * b)
 
 
 def average_gradients(params: Sequence[torch.nn.Parameter]) -> None:
@@ -315,6 +340,7 @@ __all__ = [
     "GatherWithGrad",
     "all_gather_tensor",
     "all_gather_with_grad",
+    "all_reduce_sum",
     "average_gradients",
     "backend_for",
     "barrier",
@@ -328,6 +354,7 @@ __all__ = [
     "launch_command",
     "local_batch_size",
     "local_rank",
+    "own_rows",
     "rank",
     "run_on_main",
     "shard",

@@ -29,7 +29,7 @@ from dist_worker import STOP, gather_case, rank_loss  # noqa: E402
 
 WORLD = 2
 RTOL = 1e-5
-LOSSES = ("clip", "info_nce", "siglip", "gcl")
+LOSSES = ("clip", "info_nce", "siglip", "gcl", "clip_tiled", "info_nce_tiled", "gcl_tiled")
 
 BASE: dict[str, Any] = {
     "data": {"name": "synthetic", "val_fraction": 0.1, "test_fraction": 0.1,
@@ -49,6 +49,18 @@ LOSS_SECTIONS: dict[str, dict[str, Any]] = {
     # per-sample u state and a learnable temperature (a parameter outside the model)
     "gcl": {"loss": {"name": "gcl", "temperature": 0.5,
                      "gcl": {"gamma": 0.8, "temperature_mode": "global_learnable"}}},
+    # the tiled loss on each rank's rows against the gathered columns
+    "clip_tiled": {"loss": {"name": "clip", "block_size": 3}},
+    "info_nce_tiled": {"loss": {"name": "info_nce", "temperature": 0.5, "block_size": 5},
+                       "negatives": {"regime": "shared", "m": 60, "seed": 2}},
+    # small independent sets: some anchors of a batch have no negative, so the ranks' counts
+    # of anchors differ and each rank's share of the mean must use the global count; 14 steps
+    # pass the end of the first epoch (10 steps), so samples come back on the other rank and
+    # use the u that rank received from the all-gather of the updates
+    "gcl_tiled": {"loss": {"name": "gcl", "temperature": 0.5, "block_size": 3,
+                           "gcl": {"gamma": 0.8}},
+                  "negatives": {"regime": "independent", "m": 12, "seed": 3},
+                  "train": {**BASE["train"], "steps": 14}},
     "resume": {"loss": {"name": "clip"}},
 }
 
@@ -133,7 +145,8 @@ def test_gather_with_grad_sums_the_ranks_gradients(runs: dict[str, Any]) -> None
 def test_two_processes_equal_one(runs: dict[str, Any], loss: str) -> None:
     one, two = runs["dirs"][loss]
     steps_one, steps_two = _train_losses(one), _train_losses(two)
-    assert [s for s, _ in steps_one] == list(range(1, 7))
+    steps = LOSS_SECTIONS[loss].get("train", BASE["train"])["steps"]
+    assert [s for s, _ in steps_one] == list(range(1, steps + 1))
     assert [s for s, _ in steps_two] == [s for s, _ in steps_one]  # rank 0 alone logs
     for (step, a), (_, b) in zip(steps_one, steps_two, strict=True):
         assert abs(a - b) <= RTOL * abs(a), (loss, step, a, b)

@@ -58,9 +58,16 @@ def test_tiled_gcl_skips_anchors_without_negatives() -> None:
 
 
 def test_tile_mask_without_block_size_and_bad_block_size() -> None:
+    # Without block_size a TileMask is asked for the rows' whole mask at once: same result.
     sets = NegativeSets(100, 10, regime="shared", seed=0)
-    a, b = _pair(4, 3, 0)
-    with pytest.raises(CrlTypeError, match="needs block_size"):
-        GlobalContrastiveLoss(100)(a, b, torch.arange(4), negatives_mask=sets)  # type: ignore[arg-type]
+    a, b = _pair(6, 3, 0)
+    index = torch.tensor([3, 50, 7, 99, 12, 64])
+    plain, dense = GlobalContrastiveLoss(100), GlobalContrastiveLoss(100)
+    torch.testing.assert_close(plain(a, b, index, negatives_mask=sets),
+                               dense(a, b, index, negatives_mask=sets.batch_mask(index)),
+                               rtol=0.0, atol=0.0)
+    torch.testing.assert_close(plain.log_u_b2a, dense.log_u_b2a, equal_nan=True)
+    with pytest.raises(CrlTypeError, match="negatives_mask"):
+        GlobalContrastiveLoss(100)(a, b, index, negatives_mask="sets")  # type: ignore[arg-type]
     with pytest.raises(CrlValueError, match="block_size"):
         GlobalContrastiveLoss(100, block_size=0)

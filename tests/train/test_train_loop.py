@@ -194,9 +194,10 @@ def test_non_finite_loss_stops_without_nan_weights(tmp_path: Path,
     original = Objective.forward
 
     def flaky(self: Objective, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None,
-              model: torch.nn.Module) -> tuple[Tensor, dict[str, float]]:
+              model: torch.nn.Module, *, rows: slice | None = None
+              ) -> tuple[Tensor, dict[str, float]]:
         calls["n"] += 1
-        loss, logs = original(self, za, zb, index, labels, model)
+        loss, logs = original(self, za, zb, index, labels, model, rows=rows)
         return (loss * float("nan") if calls["n"] == 11 else loss), logs
 
     monkeypatch.setattr(Objective, "forward", flaky)

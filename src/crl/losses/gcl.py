@@ -29,11 +29,24 @@ from crl._validation import (
 )
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
-from crl.losses.tiled import TileMask, tiled_masked_row_logsumexp
+from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
 
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
 _WHERE = "GlobalContrastiveLoss"
+
+
+def _check_rows(rows: object, batch: int) -> slice:
+    """``rows`` as ``slice(start, stop)`` with ``0 <= start < stop <= batch`` (None: all)."""
+    if rows is None:
+        return slice(0, batch)
+    if isinstance(rows, slice) and rows.step in (None, 1):
+        start, stop, _ = rows.indices(batch)
+        if start < stop and (rows.start is None or rows.start >= 0) and (
+                rows.stop is None or 0 <= rows.stop <= batch):
+            return slice(start, stop)
+    raise CrlValueError(f"{_WHERE}: `rows` must be a non-empty contiguous slice of the batch "
+                        f"of {batch}, within [0, {batch}); got {rows!r}")
 
 
 def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
@@ -95,11 +108,12 @@ class GlobalContrastiveLoss(nn.Module):
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
         min_temperature: Lower clamp of learnable temperatures.
-        block_size: If set, the batch's negatives-only log-sum-exps are computed over tiles of
-            side ``block_size`` (:func:`crl.losses.tiled.tiled_masked_row_logsumexp`): memory
-            ``O(B·D + T²)`` instead of ``B²``, the same values and gradients; ``negatives_mask``
-            may then also be a :class:`~crl.losses.tiled.TileMask` such as
-            :class:`~crl.negatives.NegativeSets`, asked tile by tile with ``index``.
+        block_size: If set, the negatives-only log-sum-exps are computed over tiles of side
+            ``block_size`` (:func:`crl.losses.tiled.anchor_logsumexp`): memory
+            ``O(B·D + T²)`` instead of ``B²``, the same values and gradients (batches above
+            ``PLAIN_MAX_BATCH`` use tiles anyway). ``negatives_mask`` may also be a
+            :class:`~crl.losses.tiled.TileMask` such as :class:`~crl.negatives.NegativeSets`,
+            asked tile by tile with ``index``, so no ``(B, B)`` mask is ever built.
 
     Example:
         >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
@@ -227,49 +241,64 @@ class GlobalContrastiveLoss(nn.Module):
         state[idx] = new_log.to(state.dtype)
         return new_log.to(device=log_g_hat.device, dtype=log_g_hat.dtype)
 
-    def _direction(self, scores: Tensor, mask: Tensor, index: Tensor, tau: Tensor,
-                   state: Tensor) -> Tensor:
-        """The loss of one direction: rows of ``scores (B, B)`` are anchors, columns candidates;
-        ``tau`` is 0-dim or ``(B,)``."""
-        rows = mask.any(dim=1).nonzero().squeeze(1)  # (A,) anchors with a negative
-        if rows.numel() == 0:
-            # Nothing to estimate; a zero that keeps the graph so backward() still works.
-            return scores.sum() * 0.0 + tau.sum() * 0.0
-        tau_r = tau if tau.dim() == 0 else tau[rows].unsqueeze(1)  # () or (A, 1)
-        s = scores[rows]  # (A, B)
-        positive = s.gather(1, rows.unsqueeze(1))  # (A, 1): s_ii
-        delta = (s - positive) / tau_r  # (A, B)
-        negatives = mask[rows]  # (A, B)
-        count = negatives.sum(dim=1).to(delta.dtype)  # (A,)
-        log_g_hat = masked_logsumexp(delta, negatives, dim=1) - torch.log(count)  # (A,)
-        return self._surrogate(rows, log_g_hat, index, tau, state)
+    def _direction(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None, index: Tensor,
+                   rows: slice, tau: Tensor, state: Tensor) -> tuple[Tensor, int]:
+        """One direction for the anchors ``x[rows]`` against all candidates ``y (B, D)``:
+        ``(sum over the anchors with a negative of tau g_hat / u, their number)``; ``mask`` is
+        the ``(h, B)`` rows' mask, a :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``."""
+        h, batch = rows.stop - rows.start, y.shape[0]
+        tau_rows = tau if tau.dim() == 0 else tau[rows]  # () or (h,)
+        if self.block_size is None and h * batch <= PLAIN_MAX_BATCH ** 2:
+            # Plain: Delta_ij = (s_ij - s_ii) / tau first, so a first visit with one negative
+            # gives log u_i = Delta_ij exactly.
+            if mask is not None and not isinstance(mask, Tensor):
+                mask = mask.mask(index[rows], index)
+            own = torch.arange(h, device=x.device)
+            negatives = (torch.ones(h, batch, dtype=torch.bool, device=x.device) if mask is None
+                         else mask.clone())
+            negatives[own, own + rows.start] = False
+            has = negatives.any(dim=1).nonzero().squeeze(1)  # (A,) local anchors with one
+            if has.numel() == 0:
+                return self._nothing(x, y, tau), 0
+            s = x[rows][has] @ y.T  # (A, B)
+            positive = s.gather(1, (has + rows.start).unsqueeze(1))  # (A, 1): s_ii
+            tau_a = tau_rows if tau_rows.dim() == 0 else tau_rows[has].unsqueeze(1)
+            delta = (s - positive) / tau_a  # (A, B)
+            count = negatives[has].sum(dim=1).to(delta.dtype)
+            log_g_hat = masked_logsumexp(delta, negatives[has], dim=1) - torch.log(count)
+        else:
+            out = anchor_logsumexp(x[rows], y, 1.0 / tau_rows, offset=rows.start,
+                                   include_positive=False, negatives_mask=mask,
+                                   anchor_index=index[rows], candidate_index=index,
+                                   block_size=self.block_size)
+            has = (out.counts > 0).nonzero().squeeze(1)  # (A,) local anchors with a negative
+            if has.numel() == 0:
+                return self._nothing(x, y, tau), 0
+            count = out.counts[has].to(out.lse.dtype)
+            log_g_hat = out.lse[has] - out.positive[has] - torch.log(count)  # (A,)
+        return self._surrogate(rows.start + has, log_g_hat, index, tau, state), has.numel()
 
-    def _direction_tiled(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None,
-                         index: Tensor, tau: Tensor, state: Tensor) -> Tensor:
-        """:meth:`_direction` over tiles: anchors ``x (B, D)``, candidates ``y (B, D)``."""
-        out = tiled_masked_row_logsumexp(x, y, 1.0 / tau, negatives_mask=mask, index=index,
-                                         block_size=self.block_size)
-        rows = (out.row_counts > 0).nonzero().squeeze(1)  # (A,)
-        if rows.numel() == 0:
-            return x.sum() * 0.0 + y.sum() * 0.0 + tau.sum() * 0.0
-        count = out.row_counts[rows].to(out.rows.dtype)
-        log_g_hat = out.rows[rows] - torch.log(count)  # (A,)
-        return self._surrogate(rows, log_g_hat, index, tau, state)
+    @staticmethod
+    def _nothing(x: Tensor, y: Tensor, tau: Tensor) -> Tensor:
+        """Nothing to estimate: a zero that keeps the graph so backward() still works."""
+        return x.sum() * 0.0 + y.sum() * 0.0 + tau.sum() * 0.0
 
     def _surrogate(self, rows: Tensor, log_g_hat: Tensor, index: Tensor, tau: Tensor,
                    state: Tensor) -> Tensor:
-        """Update ``u`` of the anchors ``rows`` and return ``tau * mean g_hat / u``."""
+        """Update ``u`` of the anchors ``rows`` (batch positions) and return
+        ``sum tau * g_hat / u`` over them."""
         log_u = self._update(state, index[rows], log_g_hat)  # (A,), detached
         ratio = torch.exp(log_g_hat - log_u)  # g_hat / u <= 1 / gamma
         tau_a = tau if tau.dim() == 0 else tau[rows]  # () or (A,)
         if self.temperature_mode == "fixed":
-            return (tau_a * ratio).mean()
+            return (tau_a * ratio).sum()
         # Value tau (log u + rho); gradient tau grad(g_hat)/u (model) and
         # log u + tau g_hat'/u + rho (temperature), as FastCLIP-v3 / iSogCLR.
-        return (tau_a * (ratio - ratio.detach() + log_u + self.rho)).mean()
+        return (tau_a * (ratio - ratio.detach() + log_u + self.rho)).sum()
 
     def forward(self, a: Tensor, b: Tensor, index: Tensor,
-                negatives_mask: Tensor | TileMask | None = None) -> Tensor:
+                negatives_mask: Tensor | TileMask | None = None, *,
+                rows: slice | None = None) -> Tensor:
         """The GCL surrogate of a batch; updates the ``u`` estimates of the batch's samples.
 
         Args:
@@ -277,46 +306,72 @@ class GlobalContrastiveLoss(nn.Module):
             b: View-b embeddings ``(B, D)``; ``b[i]`` is the positive of ``a[i]``.
             index: ``(B,)`` distinct dataset indices of the samples, in ``[0, num_samples)``.
             negatives_mask: Optional ``(B, B)`` bool, ``[i, j]`` True where sample ``j`` is a
-                negative of sample ``i`` (both directions; the diagonal is ignored). Default
-                every ``j != i``. Rows may be empty: those anchors are skipped.
+                negative of sample ``i`` (both directions; the diagonal is ignored), or a
+                :class:`~crl.losses.tiled.TileMask` asked with ``index``. Default every
+                ``j != i``. Rows may be empty: those anchors are skipped.
+            rows: Score only the anchors ``rows`` (a contiguous ``slice`` of the batch, e.g. this
+                rank's own samples among all-gathered ones) against all ``B`` candidates, and
+                update only their ``u``. ``negatives_mask`` may then also be the rows' own
+                ``(h, B)`` mask. Default: every anchor.
 
         Returns:
-            0-dim tensor (0 with a working graph when no anchor has a negative).
+            0-dim tensor: the mean over the (selected) anchors that have a negative (0 with a
+            working graph when none has).
 
         Raises:
             CrlValueError / CrlTypeError: on bad shapes, NaN inputs, indices out of range or
-                repeated, or a mask of the wrong shape or dtype.
+                repeated, a mask of the wrong shape or dtype, or a bad ``rows``.
+        """
+        total, count = self.forward_sum(a, b, index, negatives_mask, rows=rows)
+        return total / max(count, 1)
+
+    def forward_sum(self, a: Tensor, b: Tensor, index: Tensor,
+                    negatives_mask: Tensor | TileMask | None = None, *,
+                    rows: slice | None = None) -> tuple[Tensor, int]:
+        """:meth:`forward` before its mean: ``(sum of the surrogate over the anchors that have a
+        negative, their number A)``, so that ``forward = sum / A``.
+
+        Distributed training divides each rank's sum by the number of such anchors in the
+        whole global batch, which the ranks add up (see ``crl.train.Objective``).
+
+        Example:
+            >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
+            >>> total, count = loss.forward_sum(torch.eye(4), torch.eye(4), torch.arange(4),
+            ...                                 rows=slice(2, 4))
+            >>> float(total), count  # first visits: every ratio is 1
+            (2.0, 2)
         """
         a, b = check_pair(_WHERE, a, b)
         dtype = compute_dtype(a, b)
         a, b = upcast(a, dtype), upcast(b, dtype)
         batch = a.shape[0]
         index = self._check_index(index, batch).to(a.device)
+        rows = _check_rows(rows, batch)
+        h = rows.stop - rows.start
+        mask: Tensor | TileMask | None = negatives_mask
+        if isinstance(negatives_mask, Tensor):
+            if tuple(negatives_mask.shape) == (h, batch):
+                mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (h, batch),
+                                  need_true_per_row=False)
+            else:
+                mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (batch, batch),
+                                  need_true_per_row=False)[rows]
+            mask = mask.to(a.device)
+        elif negatives_mask is not None and not isinstance(negatives_mask, TileMask):
+            raise CrlTypeError(f"{_WHERE}: `negatives_mask` must be None, a (B, B) bool tensor "
+                               f"or a TileMask; got {describe(negatives_mask)}")
         if self.temperature_mode != "fixed":
-            with torch.no_grad():
-                self.temperature.clamp_(min=self.min_temperature)
-        taus = [self._tau(0, index, dtype), self._tau(1, index, dtype)]
-        if self.block_size is not None:
-            # The same mask serves both directions (sample-indexed sets), hence (b, a) below.
-            loss = self._direction_tiled(a, b, negatives_mask, index, taus[0], self.log_u_a2b)
-            if self.symmetric:
-                loss = 0.5 * (loss + self._direction_tiled(b, a, negatives_mask, index,
-                                                           taus[1], self.log_u_b2a))
-            return loss
-        if negatives_mask is not None and not isinstance(negatives_mask, Tensor):
-            raise CrlTypeError(f"{_WHERE}: a TileMask `negatives_mask` needs block_size; got "
-                               f"{describe(negatives_mask)} with block_size=None")
-        eye = torch.eye(batch, dtype=torch.bool, device=a.device)
-        if negatives_mask is None:
-            mask = ~eye
-        else:
-            mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (batch, batch),
-                              need_true_per_row=False).to(a.device) & ~eye
-        scores = a @ b.T  # (B, B)
-        loss = self._direction(scores, mask, index, taus[0], self.log_u_a2b)
+            with torch.no_grad():  # only when needed: an in-place write would bump its version
+                if bool((self.temperature < self.min_temperature).any()):
+                    self.temperature.clamp_(min=self.min_temperature)
+        # The same sample-indexed mask serves both directions, hence (b, a) in the second.
+        total, count = self._direction(a, b, mask, index, rows, self._tau(0, index, dtype),
+                                       self.log_u_a2b)
         if self.symmetric:
-            loss = 0.5 * (loss + self._direction(scores.T, mask, index, taus[1], self.log_u_b2a))
-        return loss
+            other, _ = self._direction(b, a, mask, index, rows, self._tau(1, index, dtype),
+                                       self.log_u_b2a)
+            total = 0.5 * (total + other)
+        return total, count
 
     def _tau(self, direction: int, index: Tensor, dtype: torch.dtype) -> Tensor:
         """The temperature of a direction: 0-dim, or ``(B,)`` in the per-sample mode."""

@@ -48,6 +48,7 @@ from crl._validation import (
     upcast,
 )
 from crl.errors import CrlTypeError, CrlValueError
+from crl.losses._common import masked_logsumexp
 
 #: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (192 MiB in float32):
 #: the ``(T, D) @ (D, T)`` products run at full speed and there are few tiles, so few thread-pool
@@ -97,33 +98,45 @@ def _spans(total: int, block: int) -> Iterator[tuple[int, int]]:
 
 
 class _MaskTiles:
-    """Where each tile's mask comes from: nothing, a dense ``(B, B)`` bool, or a :class:`TileMask`.
+    """Where each tile's mask comes from: nothing, a dense ``(h, W)`` bool, or a :class:`TileMask`.
 
-    ``include_positive`` says whether ``L_ii`` is a candidate (InfoNCE) or not (the
-    negatives-only log-sum-exp of GCL). Whatever the mask says about the diagonal is overridden.
+    Anchor (row) ``i``'s positive is candidate (column) ``offset + i``: the diagonal of a square
+    batch (``offset = 0``), or the columns of a rank's own rows among all-gathered ones.
+    ``include_positive`` says whether that entry is a candidate (InfoNCE) or not (the
+    negatives-only log-sum-exp of GCL); whatever the mask says about it is overridden.
+    ``index`` / ``cols_index`` are the dataset indices of rows / columns for a :class:`TileMask`.
     """
 
     def __init__(self, dense: Tensor | None, tile_mask: TileMask | None, index: Tensor | None,
-                 include_positive: bool) -> None:
+                 include_positive: bool, *, offset: int = 0,
+                 cols_index: Tensor | None = None) -> None:
         self.dense = dense
         self.tile_mask = tile_mask
         self.index = index
+        self.cols_index = index if cols_index is None else cols_index
         self.include_positive = include_positive
+        self.offset = offset
 
     @property
     def trivial(self) -> bool:
         """True when no tile has an excluded entry (no mask, positive included)."""
         return self.dense is None and self.tile_mask is None and self.include_positive
 
+    def positives(self, r0: int, r1: int, c0: int, c1: int) -> tuple[int, int, int]:
+        """The rows ``[lo, hi)`` of tile ``[r0, r1) x [c0, c1)`` whose positive lies in it, and
+        the tile's diagonal offset ``k`` that holds them (``tile.diagonal(k)``)."""
+        lo, hi = max(r0, c0 - self.offset), min(r1, c1 - self.offset)
+        return lo, max(lo, hi), self.offset + r0 - c0
+
     def excluded(self, r0: int, r1: int, c0: int, c1: int, out: Tensor) -> Tensor | None:
         """``(r1 - r0, c1 - c0)`` bool in ``out``, True where ``L[i, j]`` is not a candidate;
         None when every entry of the tile is one."""
-        diagonal_tile = r0 == c0
+        lo, hi, k = self.positives(r0, r1, c0, c1)
         if self.dense is not None:
             torch.logical_not(self.dense[r0:r1, c0:c1], out=out)
         elif self.tile_mask is not None:
-            assert self.index is not None
-            tile = self.tile_mask.mask(self.index[r0:r1], self.index[c0:c1])
+            assert self.index is not None and self.cols_index is not None
+            tile = self.tile_mask.mask(self.index[r0:r1], self.cols_index[c0:c1])
             shape = (r1 - r0, c1 - c0)
             if not isinstance(tile, Tensor) or tile.dtype != torch.bool or tile.shape != shape:
                 raise CrlValueError(
@@ -131,12 +144,12 @@ class _MaskTiles:
                     f"{shape[0]} anchors and {shape[1]} candidates; got {describe(tile)}"
                 )
             torch.logical_not(tile.to(out.device), out=out)
-        elif diagonal_tile and not self.include_positive:
+        elif hi > lo and not self.include_positive:
             out.zero_()
         else:
             return None
-        if diagonal_tile:
-            out.diagonal().fill_(not self.include_positive)
+        if hi > lo:
+            out.diagonal(k).fill_(not self.include_positive)
         return out
 
 
@@ -220,32 +233,36 @@ def _scaled(a: Tensor, scale: Tensor) -> Tensor:
 
 
 class _TiledLogSumExp(torch.autograd.Function):
-    """Row and column log-sum-exps (over candidates) and the diagonal of ``L = scale * a @ b.T``.
+    """Row and column log-sum-exps (over candidates) and the positives of ``L = scale * a @ b.T``.
 
-    Outputs ``lse_rows (B,)``, ``lse_cols (B,)`` (empty unless ``want_cols``), ``diagonal (B,)``
-    and the candidate counts of rows and columns ``(B,)`` int64 (not differentiable).
+    ``a (h, D)`` are anchors, ``b (W, D)`` candidates, and row ``i``'s positive is
+    ``L[i, tiles.offset + i]`` (the diagonal when ``h = W`` and the offset is 0). Outputs
+    ``lse_rows (h,)``, ``lse_cols (W,)`` (empty unless ``want_cols``, which needs a square ``L``
+    with offset 0), ``diagonal (h,)`` (the positives) and the candidate counts of rows ``(h,)``
+    and columns ``(W,)`` int64 (not differentiable).
     """
 
     @staticmethod
     def forward(ctx: FunctionCtx, a: Tensor, b: Tensor, scale: Tensor, block: int,
                 tiles: _MaskTiles, want_cols: bool) -> tuple[Tensor, ...]:
-        batch = a.shape[0]
-        a_s = _scaled(a, scale)  # (B, D)
-        lse_rows = a.new_full((batch,), -math.inf)
-        lse_cols = a.new_full((batch,), -math.inf) if want_cols else a.new_empty(0)
-        diagonal = a.new_empty(batch)
-        count_rows = torch.zeros(batch, dtype=torch.int64, device=a.device)
-        count_cols = torch.zeros(batch, dtype=torch.int64, device=a.device)
+        n_rows, n_cols = a.shape[0], b.shape[0]
+        a_s = _scaled(a, scale)  # (h, D)
+        lse_rows = a.new_full((n_rows,), -math.inf)
+        lse_cols = a.new_full((n_cols,), -math.inf) if want_cols else a.new_empty(0)
+        diagonal = a.new_empty(n_rows)
+        count_rows = torch.zeros(n_rows, dtype=torch.int64, device=a.device)
+        count_cols = torch.zeros(n_cols, dtype=torch.int64, device=a.device)
         logits_buf = a.new_empty(block * block)
         work_buf = a.new_empty(block * block)
         excluded_buf = torch.empty(block * block, dtype=torch.bool, device=a.device)
-        for r0, r1 in _spans(batch, block):
-            for c0, c1 in _spans(batch, block):
+        for r0, r1 in _spans(n_rows, block):
+            for c0, c1 in _spans(n_cols, block):
                 h, w = r1 - r0, c1 - c0
                 logits = torch.mm(a_s[r0:r1], b[c0:c1].T,
                                   out=logits_buf[: h * w].view(h, w))  # (h, w)
-                if r0 == c0:
-                    diagonal[r0:r1] = logits.diagonal()
+                lo, hi, k = tiles.positives(r0, r1, c0, c1)
+                if hi > lo:
+                    diagonal[lo:hi] = logits.diagonal(k)
                 excluded = tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w))
                 if excluded is None:
                     count_rows[r0:r1] += w
@@ -277,8 +294,8 @@ class _TiledLogSumExp(torch.autograd.Function):
         tiles: _MaskTiles = ctx.tiles
         need_a, need_b, need_scale = ctx.needs_input_grad[:3]
         want_a = need_a or need_scale  # grad_scale is read off the grad_a accumulator
-        batch = a.shape[0]
-        a_s = _scaled(a, scale)  # (B, D)
+        n_rows, n_cols = a.shape[0], b.shape[0]
+        a_s = _scaled(a, scale)  # (h, D)
         acc_a = torch.zeros_like(a)  # sum_j G_ij b_j
         acc_b = torch.zeros_like(b)  # sum_i G_ij scale_i a_i
         if grad_cols is not None and lse_cols.numel() == 0:
@@ -293,13 +310,13 @@ class _TiledLogSumExp(torch.autograd.Function):
             # tile's log-sum-exps span at most `window`, exp(lse_row_i - low) and
             # exp(low - lse_col_j) neither overflow nor underflow, and a P_row clamped at the
             # floor stands for a P_col below eps / (4 B): negligible. Other tiles take two exps.
-            window = -floor - _precision_margin(a.dtype, 4 * batch)
+            window = -floor - _precision_margin(a.dtype, 4 * max(n_rows, n_cols))
             bounds = _block_bounds(shift_rows.squeeze(1), shift_cols, block)
             logits_buf = a.new_empty(block * block)
             grad_buf = a.new_empty(block * block)
             excluded_buf = torch.empty(block * block, dtype=torch.bool, device=a.device)
-            for r0, r1 in _spans(batch, block):
-                for c0, c1 in _spans(batch, block):
+            for r0, r1 in _spans(n_rows, block):
+                for c0, c1 in _spans(n_cols, block):
                     h, w = r1 - r0, c1 - c0
                     logits = torch.mm(a_s[r0:r1], b[c0:c1].T,
                                       out=logits_buf[: h * w].view(h, w))  # (h, w)
@@ -333,8 +350,9 @@ class _TiledLogSumExp(torch.autograd.Function):
                     if need_b:
                         acc_b[c0:c1].addmm_(g.T, a_s[r0:r1])
         if grad_diagonal is not None:
-            acc_a.addcmul_(grad_diagonal.unsqueeze(1), b)
-            acc_b.addcmul_(grad_diagonal.unsqueeze(1), a_s)
+            own = slice(tiles.offset, tiles.offset + n_rows)  # the rows' positives
+            acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own])
+            acc_b[own].addcmul_(grad_diagonal.unsqueeze(1), a_s)
         grad_a = _scaled(acc_a, scale) if need_a else None
         grad_b = acc_b if need_b else None
         grad_scale = None
@@ -610,11 +628,155 @@ def tiled_masked_row_logsumexp(
     return NegativeLogSumExp(lse_rows - diagonal, count_rows, lse_cols - diagonal, count_cols)
 
 
+class AnchorLogSumExp(NamedTuple):
+    """Per-anchor log-sum-exps of anchors against candidates, from :func:`anchor_logsumexp`.
+
+    Attributes:
+        lse: ``(h,)``: ``log sum_{j in C(i)} exp(L_ij)`` over anchor ``i``'s candidates ``C(i)``
+            (``-inf`` and no gradient for an anchor with none), ``L = scale * anchors @
+            candidates.T``.
+        positive: ``(h,)``: ``L[i, offset + i]``, the logit of anchor ``i``'s positive.
+        counts: ``(h,)`` int64: ``|C(i)|``.
+    """
+
+    lse: Tensor
+    positive: Tensor
+    counts: Tensor
+
+
+def anchor_logsumexp(
+    anchors: Tensor,
+    candidates: Tensor,
+    scale: float | Tensor,
+    *,
+    offset: int = 0,
+    include_positive: bool = True,
+    negatives_mask: Tensor | TileMask | None = None,
+    anchor_index: Tensor | None = None,
+    candidate_index: Tensor | None = None,
+    block_size: int | None = None,
+) -> AnchorLogSumExp:
+    """Log-sum-exps of some anchors against all candidates, the positive of anchor ``i`` being
+    candidate ``offset + i``: the local rows of a distributed batch against the gathered columns.
+
+    With ``L = scale * anchors @ candidates.T`` ``(h, W)``, anchor ``i``'s candidates ``C(i)``
+    are its negatives (``negatives_mask``, default every column but its positive) plus, when
+    ``include_positive``, its positive. InfoNCE of anchor ``i`` is ``lse[i] - positive[i]``;
+    GCL's ``log g_hat_i`` is ``lse[i] - positive[i] - log counts[i]`` with
+    ``include_positive=False``. In a process group of ``N`` ranks with ``h = B / N`` local rows,
+    rank ``r`` passes its rows, all gathered columns and ``offset = r * h``.
+
+    Small problems (``h * W <= PLAIN_MAX_BATCH²`` and no ``block_size``) build ``L``; larger ones
+    (or any ``block_size``) visit it in ``T x T`` tiles in ``O((h + W) D + T²)`` memory, with the
+    same values and gradients.
+
+    Args:
+        anchors: ``(h, D)``.
+        candidates: ``(W, D)``, ``W >= offset + h``.
+        scale: ``1 / tau``: a positive number, a 0-dim tensor or an ``(h,)`` tensor of per-anchor
+            scales; tensors may require grad.
+        offset: Column of anchor 0's positive.
+        include_positive: Count the positive among the candidates (InfoNCE) or not (GCL).
+        negatives_mask: None, an ``(h, W)`` bool tensor (``[i, j]``: candidate ``j`` is a
+            negative of anchor ``i``), or a :class:`TileMask` asked with ``anchor_index`` and
+            ``candidate_index``. The positive's entry is ignored.
+        anchor_index: ``(h,)`` dataset indices of the anchors for a :class:`TileMask`
+            (default ``arange(offset, offset + h)``).
+        candidate_index: ``(W,)`` dataset indices of the candidates (default ``arange(W)``).
+        block_size: Tile side ``T``; None: tiles only for large problems.
+
+    Returns:
+        :class:`AnchorLogSumExp` ``(lse, positive, counts)``.
+
+    Raises:
+        CrlValueError / CrlTypeError: on bad shapes, NaN/Inf, a non-positive scale, an offset
+            that puts a positive outside the candidates, a bad mask, index or ``block_size``.
+
+    Example:
+        >>> anchors, candidates = torch.eye(4)[2:], torch.eye(4)  # rows 2 and 3 of a batch of 4
+        >>> out = anchor_logsumexp(anchors, candidates, 1.0, offset=2)
+        >>> out.positive.tolist(), out.counts.tolist()
+        ([1.0, 1.0], [4, 4])
+        >>> round(float(out.lse[0] - out.positive[0]), 4)  # InfoNCE: log(e + 3) - 1
+        0.7437
+    """
+    where = "anchor_logsumexp"
+    anchors = check_tensor(where, "anchors", anchors, ndim=2)
+    candidates = check_tensor(where, "candidates", candidates, ndim=2)
+    h, width = anchors.shape[0], candidates.shape[0]
+    if anchors.shape[1] != candidates.shape[1] or anchors.device != candidates.device:
+        raise CrlValueError(
+            f"{where}: `anchors` and `candidates` must have the same width D and device; got "
+            f"{describe(anchors)} and {describe(candidates)}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 \
+            or offset + h > width or h == 0:
+        raise CrlValueError(
+            f"{where}: `offset` must be an int in [0, W - h] = [0, {width - h}] so that every "
+            f"anchor's positive (column offset + i) is a candidate, with h >= 1; got "
+            f"offset={offset!r} for h = {h} anchors and W = {width} candidates")
+    dtype = compute_dtype(anchors, candidates)
+    anchors, candidates = upcast(anchors, dtype), upcast(candidates, dtype)
+    if isinstance(scale, Tensor) and scale.dim() == 1:
+        scale_t = upcast(check_tensor(where, "scale", scale, ndim=1), dtype).to(anchors.device)
+        if scale_t.shape[0] != h or not bool((scale_t > 0).all()):
+            raise CrlValueError(f"{where}: a 1-D `scale` must have shape ({h},) and positive "
+                                f"entries; got {describe(scale)}")
+    else:
+        scale_t = _scale_tensor(where, "scale", scale, dtype, anchors.device)
+    device = anchors.device
+    rows_index = cols_index = None
+    if isinstance(negatives_mask, Tensor):
+        negatives_mask = check_mask(where, "negatives_mask", negatives_mask, (h, width),
+                                    need_true_per_row=False).to(device)
+    elif negatives_mask is not None:
+        if not isinstance(negatives_mask, TileMask):
+            raise CrlTypeError(
+                f"{where}: `negatives_mask` must be None, an (h, W) bool tensor or a TileMask; "
+                f"got {describe(negatives_mask)}")
+        rows_index = (torch.arange(offset, offset + h, device=device) if anchor_index is None
+                      else _check_index(where, anchor_index, h, device))
+        cols_index = (torch.arange(width, device=device) if candidate_index is None
+                      else _check_index(where, candidate_index, width, device))
+    if block_size is not None or h * width > PLAIN_MAX_BATCH ** 2:
+        block = resolve_block_size(where, block_size, max(h, width))
+        tiles = _MaskTiles(negatives_mask if isinstance(negatives_mask, Tensor) else None,
+                           negatives_mask if rows_index is not None else None,  # type: ignore[arg-type]
+                           rows_index, include_positive, offset=offset, cols_index=cols_index)
+        lse, _, positive, counts, _ = _tiled_logsumexp(anchors, candidates, scale_t, block,
+                                                       tiles, False)
+        return AnchorLogSumExp(lse, positive, counts)
+    logits = _scaled(anchors, scale_t) @ candidates.T  # (h, W)
+    own = torch.arange(h, device=device)
+    positive = logits[own, own + offset]
+    if isinstance(negatives_mask, Tensor):
+        allowed = negatives_mask.clone()
+    elif negatives_mask is not None:
+        assert rows_index is not None and cols_index is not None
+        excluded = _MaskTiles(None, negatives_mask, rows_index, include_positive,
+                              offset=offset, cols_index=cols_index).excluded(
+            0, h, 0, width, torch.empty(h, width, dtype=torch.bool, device=device))
+        assert excluded is not None
+        allowed = excluded.logical_not_()
+    else:
+        allowed = torch.ones(h, width, dtype=torch.bool, device=device)
+    allowed[own, own + offset] = include_positive
+    counts = allowed.sum(dim=1)
+    has = counts > 0
+    lse = logits.new_full((h,), -math.inf)
+    if bool(has.all()):
+        lse = masked_logsumexp(logits, allowed, dim=1)
+    elif bool(has.any()):
+        lse = lse.index_put((has,), masked_logsumexp(logits[has], allowed[has], dim=1))
+    return AnchorLogSumExp(lse, positive, counts)
+
+
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "PLAIN_MAX_BATCH",
+    "AnchorLogSumExp",
     "NegativeLogSumExp",
     "TileMask",
+    "anchor_logsumexp",
     "tiled_clip_loss",
     "tiled_info_nce",
     "tiled_masked_row_logsumexp",

@@ -142,13 +142,16 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     xa, xb = xa.to(device), xb.to(device)
     index, labels = index.to(device), labels.to(device)
     za, zb = model(xa, xb)  # (B, D) each
+    rows = None
     if distributed.is_active():  # the global batch, in rank order (docs/distributed.md)
         za, zb = distributed.all_gather_with_grad(za), distributed.all_gather_with_grad(zb)
         index, labels = distributed.all_gather_tensor(index), distributed.all_gather_tensor(labels)
-    loss, logs = objective(za, zb, index, labels, model)
-    if not bool(torch.isfinite(loss)):
-        raise NonFiniteLossError(
-            f"the training loss is {float(loss.detach())} at step {step + 1}")
+        rows = distributed.own_rows(za.shape[0])  # this rank's anchors against all columns
+    loss, logs = objective(za, zb, index, labels, model, rows=rows)
+    # The ranks' values average to the global batch's loss (the same number on every rank).
+    value = float(distributed.all_reduce_sum(loss.detach().reshape(1))) / distributed.world_size()
+    if not math.isfinite(value):
+        raise NonFiniteLossError(f"the training loss is {value} at step {step + 1}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -164,7 +167,7 @@ def train_step(model: nn.Module, objective: Objective, batch: Any, optimizer: Op
     if callable(clamp):
         clamp()
     logs["train/grad_norm"] = float(norm)
-    return float(loss.detach()), logs
+    return value, logs
 
 
 @dataclass

@@ -2,8 +2,10 @@
 features, with the negatives of the ``negatives`` section.
 
 :class:`Objective` is a function of ``(za, zb, index, labels)`` and the model (for CLIP's
-``logit_scale``) only, so distributed training can all-gather those four tensors first and call it
-unchanged on the global batch.
+``logit_scale``) only, so distributed training all-gathers those four tensors first and calls it
+on the global batch with ``rows``, the rank's own slice: the rank then scores its rows against
+all gathered columns, and the mean over ranks of their values is the loss of the global batch
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from crl import distributed
 from crl.errors import CrlValueError
 from crl.losses import (
     GlobalContrastiveLoss,
@@ -26,6 +29,7 @@ from crl.losses import (
     supcon_loss,
 )
 from crl.losses._common import masked_logsumexp
+from crl.losses.tiled import TileMask, anchor_logsumexp
 from crl.negatives import NegativesConfig, build_negative_sets
 from crl.train.config import LossConfig
 
@@ -146,7 +150,7 @@ class Objective(nn.Module):
         return None
 
     def forward(self, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None,
-                model: nn.Module) -> tuple[Tensor, dict[str, float]]:
+                model: nn.Module, *, rows: slice | None = None) -> tuple[Tensor, dict[str, float]]:
         """The loss of a batch and scalars to log.
 
         Args:
@@ -155,10 +159,14 @@ class Objective(nn.Module):
             index: ``(B,)`` dataset indices.
             labels: ``(B,)`` labels (``-1``: none) or None.
             model: The model (CLIP's ``logit_scale`` lives there).
+            rows: This rank's anchors, a contiguous slice of ``B / world`` rows (see
+                :meth:`local`); None: the whole batch.
 
         Returns:
             ``(loss, logs)``: a 0-dim tensor and a dict of floats.
         """
+        if rows is not None:
+            return self.local(za, zb, index, labels, model, rows)
         cfg = self.cfg
         logs: dict[str, float] = {}
         if cfg.name == "gcl" and cfg.block_size is not None and self.sets is not None \
@@ -200,6 +208,164 @@ class Objective(nn.Module):
         else:
             loss = self._delta_loss(za @ zb.T, mask, eye)
         return self._regularised(loss, za, zb, logs)
+
+    def rows_mask(self, index: Tensor, labels: Tensor | None, rows: slice, *,
+                  dense: bool) -> Tensor | TileMask | None:
+        """The negatives of the anchors ``index[rows]`` among all of ``index``: an ``(h, B)``
+        bool mask, the negative sets themselves (a :class:`TileMask`, unless ``dense``), or None
+        for every other member."""
+        if self.sets is not None:
+            if not dense:
+                return self.sets
+            return self.sets.mask(index[rows].cpu(), index.cpu()).to(index.device)
+        if self.negatives_cfg.exclude_same_label:
+            if labels is None or bool((labels < 0).any()):
+                raise CrlValueError("negatives.exclude_same_label needs labelled data; the "
+                                    "batch has unlabelled items (label -1)")
+            return labels[rows].unsqueeze(1) != labels.unsqueeze(0)
+        return None
+
+    def local(self, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None,
+              model: nn.Module, rows: slice) -> tuple[Tensor, dict[str, float]]:
+        """This rank's share of the loss of a gathered batch: its anchors ``rows`` against all
+        ``B`` columns, with anchor ``i``'s positive at column ``rows.start + i``.
+
+        Every loss is a mean over anchors, so each rank returns ``N`` times its anchors' part
+        of that mean (``N`` ranks): the sum of its anchors' terms over the number of anchors
+        (with a negative) in the whole batch, which the ranks add up
+        (:func:`crl.distributed.all_reduce_sum`; one process: the rank's own count). The mean of
+        the ranks' values is then the loss of the global batch and, since the gather's backward
+        sums the ranks' gradients, averaging the parameter gradients over ranks gives its
+        gradient. GCL updates ``u`` for its rows and all-gathers the new values, so the state
+        stays the same on every rank. SupCon (anchors are the two views stacked) and the
+        k-means regulariser are computed on the whole batch by every rank, which keeps the same
+        mean. With ``loss.block_size`` (or a large batch) the scores are visited in tiles
+        (:func:`crl.losses.tiled.anchor_logsumexp`).
+
+        Args:
+            za, zb: ``(B, D)`` gathered features, in rank order.
+            index: ``(B,)`` gathered dataset indices.
+            labels: ``(B,)`` gathered labels or None.
+            model: The model (CLIP's ``logit_scale``).
+            rows: The rank's contiguous slice of the batch.
+
+        Returns:
+            ``(loss, logs)`` as :meth:`forward`.
+
+        Raises:
+            CrlValueError: if ``rows`` is not a non-empty slice of the batch.
+        """
+        cfg = self.cfg
+        batch = za.shape[0]
+        start, stop, step = rows.indices(batch)
+        if step != 1 or start >= stop or rows.start is None or rows.start < 0 \
+                or rows.stop is None or rows.stop > batch:
+            raise CrlValueError(f"Objective.local: `rows` must be a non-empty contiguous slice "
+                                f"of the batch of {batch}; got {rows!r}")
+        h = stop - start
+        world = distributed.world_size()
+        logs: dict[str, float] = {}
+        total: Tensor
+        if cfg.name in ("info_nce", "clip", "gcl"):
+            mask = self.rows_mask(index, labels, rows, dense=False)
+            if cfg.name == "gcl":
+                assert self.gcl is not None
+                total, count = self.gcl.forward_sum(za, zb, index, mask, rows=rows)
+                self._share_gcl_state(index, rows)
+                logs["train/gcl_gamma"] = self.gcl.current_gamma
+            else:
+                if cfg.name == "clip":
+                    scale = self._logit_scale(model).exp()
+                    logs["train/logit_scale"] = float(scale.detach())
+                else:
+                    scale = za.new_tensor(1.0 / cfg.temperature)
+                both = cfg.symmetric or (cfg.name == "clip" and mask is None)
+                total, count = self._local_info_nce(za, zb, index, rows, scale, mask, both)
+            loss = self._share(total, count, world)
+        elif cfg.name == "siglip":
+            assert self.siglip_scale is not None and self.siglip_bias is not None
+            with torch.no_grad():
+                self.siglip_scale.clamp_(max=math.log(100.0))
+            scale = self.siglip_scale.exp()
+            logits = scale * (za[rows] @ zb.T) + self.siglip_bias  # (h, B)
+            own = torch.arange(h, device=za.device)
+            positives = torch.zeros_like(logits, dtype=torch.bool)
+            positives[own, own + start] = True
+            mask = self.rows_mask(index, labels, rows, dense=True)
+            negatives = ~positives if mask is None else mask & ~positives  # type: ignore[operator]
+            loss = -(F.logsigmoid(logits[positives]).sum()
+                     + (F.logsigmoid(-logits) * negatives).sum()) / h
+            logs["train/logit_scale"] = float(scale.detach())
+            logs["train/logit_bias"] = float(self.siglip_bias.detach())
+        elif cfg.name == "supcon":
+            loss, logs = self.forward(za, zb, index, labels, model)
+            return loss, logs  # every rank: the whole batch's loss (regulariser included)
+        else:
+            mask = self.rows_mask(index, labels, rows, dense=True)
+            assert mask is None or isinstance(mask, Tensor)
+            total, count = self._local_delta_loss(za, zb, rows, mask)
+            loss = self._share(total, count, world)
+        return self._regularised(loss, za, zb, logs)
+
+    @staticmethod
+    def _share(total: Tensor, count: int, world: int) -> Tensor:
+        """``world * total / (count summed over ranks)``: this rank's share of a mean over the
+        anchors of the global batch (0 with a working graph when no anchor counts)."""
+        counts = distributed.all_reduce_sum(torch.tensor([count], dtype=torch.int64,
+                                                         device=total.device))
+        return total * (world / max(int(counts.item()), 1))
+
+    def _share_gcl_state(self, index: Tensor, rows: slice) -> None:
+        """Give every rank the ``u`` that each rank just updated for its own rows."""
+        assert self.gcl is not None
+        if not distributed.is_active() or distributed.world_size() == 1:
+            return
+        for state in (self.gcl.log_u_a2b, self.gcl.log_u_b2a):
+            where = index.to(state.device)
+            state[where] = distributed.all_gather_tensor(state[where[rows]])
+
+    def _local_info_nce(self, za: Tensor, zb: Tensor, index: Tensor, rows: slice, scale: Tensor,
+                        mask: Tensor | TileMask | None, both: bool) -> tuple[Tensor, int]:
+        """The sum of InfoNCE over the anchors ``rows`` that have a negative (averaged over the
+        directions when ``both``), and their number."""
+        total = za.new_zeros(())
+        count = 0
+        directions = [(za, zb), (zb, za)] if both else [(za, zb)]
+        for x, y in directions:
+            # The sample-indexed mask serves both directions: row i lists sample i's negatives.
+            out = anchor_logsumexp(x[rows], y, scale, offset=rows.start, negatives_mask=mask,
+                                   anchor_index=index[rows], candidate_index=index,
+                                   block_size=self.cfg.block_size)
+            has = out.counts > 1  # the positive plus at least one negative
+            total = total + (out.lse - out.positive)[has].sum()
+            count = int(has.sum())
+        return total / len(directions), count
+
+    def _local_delta_loss(self, za: Tensor, zb: Tensor, rows: slice,
+                          mask: Tensor | None) -> tuple[Tensor, int]:
+        """:meth:`_delta_loss` of the anchors ``rows``: the sum over those with a negative (mean
+        over directions) and their number."""
+        h = rows.stop - rows.start
+        own = torch.arange(h, device=za.device)
+        negatives = torch.ones(h, za.shape[0], dtype=torch.bool, device=za.device) \
+            if mask is None else mask.clone()
+        negatives[own, own + rows.start] = False
+        has = negatives.any(dim=1)
+        count = int(has.sum())
+        if count == 0:
+            return za.sum() * 0.0 + zb.sum() * 0.0, 0
+        directions = [(za, zb), (zb, za)] if self.cfg.symmetric else [(za, zb)]
+        total = za.new_zeros(())
+        for x, y in directions:
+            s = x[rows] @ y.T  # (h, B)
+            delta = (s - s[own, own + rows.start].unsqueeze(1))[has]
+            if self.cfg.name == "oce":
+                mean = oce_risk(delta, phi=self.cfg.oce.phi, temperature=self.cfg.temperature,
+                                alpha=self.cfg.oce.alpha, mask=negatives[has])
+            else:
+                mean = pairwise_risk(delta, loss=self.cfg.pairwise_loss, mask=negatives[has])
+            total = total + mean * count
+        return total / len(directions), count
 
     def _regularised(self, loss: Tensor, za: Tensor, zb: Tensor, logs: dict[str, float]
                      ) -> tuple[Tensor, dict[str, float]]:
