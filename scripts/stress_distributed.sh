@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the 2-process distributed contract (tests/distributed/test_distributed_training.py: two
-# gloo ranks under torchrun equal one process for clip, info_nce, siglip and gcl, plus resume)
+# gloo ranks under torchrun equal one process for clip, info_nce, siglip and gcl, plain and
+# tiled, plus resume)
 # N times in a row (default 20) and report how many runs were clean. A run is clean when pytest
 # passes and its output shows no abort at exit ("terminate called", "Aborted", core dump,
 # "Segmentation fault", a signal from torchrun).

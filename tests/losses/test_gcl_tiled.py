@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import crl.losses.tiled as tiled_module
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses import GlobalContrastiveLoss
 from crl.negatives import NegativeSets
@@ -19,8 +20,10 @@ def _pair(batch: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize("mode", ["fixed", "global_learnable", "per_sample"])
-@pytest.mark.parametrize("masking", ["none", "dense", "sets"])
-def test_tiled_gcl_equals_dense(mode: str, masking: str) -> None:
+@pytest.mark.parametrize("masking", ["none", "dense", "sets", "sets_per_tile"])
+def test_tiled_gcl_equals_dense(mode: str, masking: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if masking == "sets_per_tile":  # the sets asked tile by tile, as for a huge batch
+        monkeypatch.setattr(tiled_module, "DENSE_MASK_MAX_ENTRIES", 0)
     n, batch = 200, 37
     sets = NegativeSets(n, 12, regime="independent", seed=3)
     dense = GlobalContrastiveLoss(n, temperature=0.1, temperature_mode=mode)  # type: ignore[arg-type]
@@ -31,7 +34,7 @@ def test_tiled_gcl_equals_dense(mode: str, masking: str) -> None:
         index = torch.randperm(n, generator=torch.Generator().manual_seed(step))[:batch]
         mask = sets.batch_mask(index)
         dense_mask = None if masking == "none" else mask
-        tiled_mask = {"none": None, "dense": mask, "sets": sets}[masking]
+        tiled_mask = {"none": None, "dense": mask, "sets": sets, "sets_per_tile": sets}[masking]
         grads = []
         for module, m in ((dense, dense_mask), (tiled, tiled_mask)):
             a, b = (x.clone().requires_grad_(True) for x in _pair(batch, 16, step))

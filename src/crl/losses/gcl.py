@@ -29,7 +29,7 @@ from crl._validation import (
 )
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
-from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
+from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp, densify
 
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
@@ -357,9 +357,12 @@ class GlobalContrastiveLoss(nn.Module):
                 mask = check_mask(_WHERE, "negatives_mask", negatives_mask, (batch, batch),
                                   need_true_per_row=False)[rows]
             mask = mask.to(a.device)
-        elif negatives_mask is not None and not isinstance(negatives_mask, TileMask):
-            raise CrlTypeError(f"{_WHERE}: `negatives_mask` must be None, a (B, B) bool tensor "
-                               f"or a TileMask; got {describe(negatives_mask)}")
+        elif negatives_mask is not None:
+            if not isinstance(negatives_mask, TileMask):
+                raise CrlTypeError(f"{_WHERE}: `negatives_mask` must be None, a (B, B) bool "
+                                   f"tensor or a TileMask; got {describe(negatives_mask)}")
+            # Asked once for both directions and the backward pass when the block is not huge.
+            mask = densify(negatives_mask, index[rows], index)
         if self.temperature_mode != "fixed":
             with torch.no_grad():  # only when needed: an in-place write would bump its version
                 if bool((self.temperature < self.min_temperature).any()):

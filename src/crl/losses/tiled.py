@@ -59,6 +59,12 @@ DEFAULT_BLOCK_SIZE = 4096
 PLAIN_MAX_BATCH = 2048
 
 
+#: A :class:`TileMask` block of at most this many entries (64 MiB of bool) is evaluated once
+#: per call, in row chunks, and kept dense (:func:`densify`): the two directions of a loss and
+#: the backward pass then read it instead of asking the mask again for every tile and pass.
+DENSE_MASK_MAX_ENTRIES = 1 << 26
+
+
 @runtime_checkable
 class TileMask(Protocol):
     """Anything that gives the negatives mask of one tile from dataset indices.
@@ -72,6 +78,30 @@ class TileMask(Protocol):
         """The ``(h, w)`` bool negatives mask of anchors ``rows_index`` and candidates
         ``cols_index``."""
         ...
+
+
+def densify(mask: TileMask, rows_index: Tensor, cols_index: Tensor, *,
+            max_entries: int | None = None) -> Tensor | TileMask:
+    """The ``(h, W)`` bool block ``mask.mask(rows_index, cols_index)`` when it has at most
+    ``max_entries`` entries (default :data:`DENSE_MASK_MAX_ENTRIES`; computed in row chunks of
+    about 4M entries), else ``mask`` itself.
+
+    Example:
+        >>> from crl.negatives import NegativeSets
+        >>> sets = NegativeSets(100, 10, regime="independent", seed=0)
+        >>> block = densify(sets, torch.arange(3), torch.arange(100))
+        >>> tuple(block.shape), block.sum(dim=1).tolist()
+        ((3, 100), [10, 10, 10])
+        >>> densify(sets, torch.arange(3), torch.arange(100), max_entries=10) is sets
+        True
+    """
+    h, width = rows_index.numel(), cols_index.numel()
+    if h * width > (DENSE_MASK_MAX_ENTRIES if max_entries is None else max_entries):
+        return mask
+    step = max(1, (1 << 22) // max(width, 1))
+    return torch.cat([mask.mask(rows_index[i:i + step], cols_index)
+                      for i in range(0, max(h, 1), step)]) if h else \
+        torch.zeros(0, width, dtype=torch.bool, device=rows_index.device)
 
 
 class NegativeLogSumExp(NamedTuple):
@@ -772,11 +802,13 @@ def anchor_logsumexp(
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "DENSE_MASK_MAX_ENTRIES",
     "PLAIN_MAX_BATCH",
     "AnchorLogSumExp",
     "NegativeLogSumExp",
     "TileMask",
     "anchor_logsumexp",
+    "densify",
     "tiled_clip_loss",
     "tiled_info_nce",
     "tiled_masked_row_logsumexp",

@@ -62,18 +62,36 @@ def half_bits(n: int) -> int:
     return h
 
 
+def _mix_(x: Tensor, tmp: Tensor) -> Tensor:
+    """:func:`hash32` in place on values already in ``[0, 2**32)``; ``tmp`` is scratch."""
+    for _ in range(2):
+        x.bitwise_xor_(torch.bitwise_right_shift(x, 16, out=tmp)).mul_(_MIX).bitwise_and_(_M32)
+    return x.bitwise_xor_(torch.bitwise_right_shift(x, 16, out=tmp))
+
+
 def _feistel(x: Tensor, keys: Tensor, h: int, inverse: bool) -> Tensor:
-    """One pass of the Feistel network on ``2h``-bit values ``x (L,)`` with keys ``(L, R)``."""
+    """One pass of the Feistel network on ``2h``-bit values ``x`` (any shape) with per-round keys
+    ``keys (..., R)`` broadcastable to ``x.shape + (R,)`` (expanded views cost nothing).
+
+    Works in a few buffers of ``x``'s size: the round function is computed in place, so no
+    temporary per operation and no ``x.numel() x R`` copy of the keys.
+    """
     mask = (1 << h) - 1
-    left, right = x >> h, x & mask
+    left = torch.bitwise_right_shift(x, h)
+    right = torch.bitwise_and(x, mask)
+    f, tmp = torch.empty_like(x), torch.empty_like(x)
     order = range(ROUNDS - 1, -1, -1) if inverse else range(ROUNDS)
     for r in order:
-        k = keys[:, r]
+        k = keys[..., r]
+        # forward: (L, R) <- (R, L ^ F(R)); inverse: (L, R) <- (R ^ F(L), L); F(v) = hash(v ^ k)
+        source, other = (left, right) if inverse else (right, left)
+        torch.bitwise_xor(source, k, out=f)
+        _mix_(f, tmp).bitwise_and_(mask).bitwise_xor_(other)
         if inverse:
-            left, right = right ^ (hash32(left ^ k) & mask), left
+            left, right, f = f, left, right
         else:
-            left, right = right, left ^ (hash32(right ^ k) & mask)
-    return (left << h) | right
+            left, right, f = right, f, left
+    return left.bitwise_left_shift_(h).bitwise_or_(right)
 
 
 def permute(x: Tensor, n: int, keys: Tensor, *, inverse: bool = False) -> Tensor:
@@ -82,8 +100,9 @@ def permute(x: Tensor, n: int, keys: Tensor, *, inverse: bool = False) -> Tensor
     Args:
         x: int64 tensor of values in ``[0, n)``, any shape.
         n: Domain size, ``1 <= n <= 2**62``.
-        keys: ``(ROUNDS,)`` (one permutation for all of ``x``) or ``x.shape + (ROUNDS,)`` (one
-            permutation per element, e.g. per anchor).
+        keys: ``(ROUNDS,)`` (one permutation for all of ``x``) or a tensor broadcastable to
+            ``x.shape + (ROUNDS,)`` (one permutation per element, e.g. per anchor: ``(B, 1, R)``
+            for ``x`` of shape ``(B, K)``; an expanded view is not copied).
         inverse: Apply the inverse permutation.
 
     Returns:
@@ -97,23 +116,22 @@ def permute(x: Tensor, n: int, keys: Tensor, *, inverse: bool = False) -> Tensor
         >>> torch.equal(permute(y, 10, keys, inverse=True), torch.arange(10))
         True
     """
-    shape = x.shape
-    flat = x.reshape(-1).to(torch.int64)  # (L,)
-    if keys.dim() == 1:
-        per_element = keys.to(flat.device).unsqueeze(0).expand(flat.numel(), -1)  # (L, R)
-    else:
-        per_element = keys.to(flat.device).reshape(flat.numel(), keys.shape[-1])  # (L, R)
+    x = x.to(torch.int64)
+    keys = keys.to(x.device)
+    if keys.dim() > 1:
+        keys = keys.expand(*x.shape, keys.shape[-1])  # a view
     h = half_bits(n)
-    out = _feistel(flat, per_element, h, inverse)
+    out = _feistel(x, keys, h, inverse)
     # Cycle-walking: every value out of range is walked along its cycle until it returns to
     # range(n); it must, since the network is a bijection of range(4**h) ⊇ range(n). The domain
     # is under 4n, so the expected number of extra passes is below 4.
     outside = out >= n
     while bool(outside.any()):
-        idx = outside.nonzero().squeeze(1)
-        out[idx] = _feistel(out[idx], per_element[idx], h, inverse)
+        where = outside.nonzero(as_tuple=True)
+        sub_keys = keys if keys.dim() == 1 else keys[where]  # (R,) or (L_out, R)
+        out[where] = _feistel(out[where], sub_keys, h, inverse)
         outside = out >= n
-    return out.reshape(shape)
+    return out
 
 
 __all__ = ["MAX_N", "ROUNDS", "half_bits", "hash32", "permute", "round_keys"]

@@ -29,7 +29,7 @@ from crl.losses import (
     supcon_loss,
 )
 from crl.losses._common import masked_logsumexp
-from crl.losses.tiled import TileMask, anchor_logsumexp
+from crl.losses.tiled import TileMask, anchor_logsumexp, densify
 from crl.negatives import NegativesConfig, build_negative_sets
 from crl.train.config import LossConfig
 
@@ -171,7 +171,7 @@ class Objective(nn.Module):
         logs: dict[str, float] = {}
         if cfg.name == "gcl" and cfg.block_size is not None and self.sets is not None \
                 and not self.negatives_cfg.exclude_same_label:
-            # Tiled GCL asks the negative sets tile by tile: no (B, B) mask is built.
+            # GCL asks the negative sets itself: once per call, or tile by tile for huge batches.
             assert self.gcl is not None
             loss = self.gcl(za, zb, index, self.sets)
             logs["train/gcl_gamma"] = self.gcl.current_gamma
@@ -330,6 +330,8 @@ class Objective(nn.Module):
         directions when ``both``), and their number."""
         total = za.new_zeros(())
         count = 0
+        if mask is not None and not isinstance(mask, Tensor):
+            mask = densify(mask, index[rows], index)  # once for both directions and backward
         directions = [(za, zb), (zb, za)] if both else [(za, zb)]
         for x, y in directions:
             # The sample-indexed mask serves both directions: row i lists sample i's negatives.
