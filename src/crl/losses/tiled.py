@@ -769,9 +769,10 @@ def anchor_logsumexp(
                       else _check_index(where, candidate_index, width, device))
     if block_size is not None or h * width > PLAIN_MAX_BATCH ** 2:
         block = resolve_block_size(where, block_size, max(h, width))
-        tiles = _MaskTiles(negatives_mask if isinstance(negatives_mask, Tensor) else None,
-                           negatives_mask if rows_index is not None else None,  # type: ignore[arg-type]
-                           rows_index, include_positive, offset=offset, cols_index=cols_index)
+        dense = negatives_mask if isinstance(negatives_mask, Tensor) else None
+        tile_mask = None if isinstance(negatives_mask, Tensor) else negatives_mask
+        tiles = _MaskTiles(dense, tile_mask, rows_index, include_positive, offset=offset,
+                           cols_index=cols_index)
         lse, _, positive, counts, _ = _tiled_logsumexp(anchors, candidates, scale_t, block,
                                                        tiles, False)
         return AnchorLogSumExp(lse, positive, counts)

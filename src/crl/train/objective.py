@@ -209,15 +209,22 @@ class Objective(nn.Module):
             loss = self._delta_loss(za @ zb.T, mask, eye)
         return self._regularised(loss, za, zb, logs)
 
-    def rows_mask(self, index: Tensor, labels: Tensor | None, rows: slice, *,
-                  dense: bool) -> Tensor | TileMask | None:
-        """The negatives of the anchors ``index[rows]`` among all of ``index``: an ``(h, B)``
-        bool mask, the negative sets themselves (a :class:`TileMask`, unless ``dense``), or None
-        for every other member."""
+    def rows_mask(self, index: Tensor, labels: Tensor | None, rows: slice
+                  ) -> Tensor | TileMask | None:
+        """The negatives of the anchors ``index[rows]`` among all of ``index``: the negative
+        sets themselves (a :class:`TileMask`, asked by the loss), an ``(h, B)`` bool mask, or
+        None for every other member."""
         if self.sets is not None:
-            if not dense:
-                return self.sets
-            return self.sets.mask(index[rows].cpu(), index.cpu()).to(index.device)
+            return self.sets
+        return self.rows_dense_mask(index, labels, rows)
+
+    def rows_dense_mask(self, index: Tensor, labels: Tensor | None, rows: slice
+                        ) -> Tensor | None:
+        """:meth:`rows_mask` as an ``(h, B)`` bool mask (or None for every other member)."""
+        if self.sets is not None:
+            block = densify(self.sets, index[rows], index, max_entries=index.numel() ** 2)
+            assert isinstance(block, Tensor)  # always dense under that bound
+            return block
         if self.negatives_cfg.exclude_same_label:
             if labels is None or bool((labels < 0).any()):
                 raise CrlValueError("negatives.exclude_same_label needs labelled data; the "
@@ -267,7 +274,7 @@ class Objective(nn.Module):
         logs: dict[str, float] = {}
         total: Tensor
         if cfg.name in ("info_nce", "clip", "gcl"):
-            mask = self.rows_mask(index, labels, rows, dense=False)
+            mask = self.rows_mask(index, labels, rows)
             if cfg.name == "gcl":
                 assert self.gcl is not None
                 total, count = self.gcl.forward_sum(za, zb, index, mask, rows=rows)
@@ -291,8 +298,8 @@ class Objective(nn.Module):
             own = torch.arange(h, device=za.device)
             positives = torch.zeros_like(logits, dtype=torch.bool)
             positives[own, own + start] = True
-            mask = self.rows_mask(index, labels, rows, dense=True)
-            negatives = ~positives if mask is None else mask & ~positives  # type: ignore[operator]
+            dense = self.rows_dense_mask(index, labels, rows)
+            negatives = ~positives if dense is None else dense & ~positives
             loss = -(F.logsigmoid(logits[positives]).sum()
                      + (F.logsigmoid(-logits) * negatives).sum()) / h
             logs["train/logit_scale"] = float(scale.detach())
@@ -301,9 +308,8 @@ class Objective(nn.Module):
             loss, logs = self.forward(za, zb, index, labels, model)
             return loss, logs  # every rank: the whole batch's loss (regulariser included)
         else:
-            mask = self.rows_mask(index, labels, rows, dense=True)
-            assert mask is None or isinstance(mask, Tensor)
-            total, count = self._local_delta_loss(za, zb, rows, mask)
+            total, count = self._local_delta_loss(za, zb, rows,
+                                                  self.rows_dense_mask(index, labels, rows))
             loss = self._share(total, count, world)
         return self._regularised(loss, za, zb, logs)
 
