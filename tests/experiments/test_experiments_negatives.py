@@ -93,6 +93,52 @@ def test_analysis_recovers_known_exponents(tmp_path: Path) -> None:
     assert gains[("shared", 400)]["gain_10_to_40"] > 0
 
 
+def _flat_rows(flat_regime: str | None) -> list[dict[str, float | str]]:
+    """recall@1 near chance that m does not move beyond seed noise (0.004 < tolerance), in
+    ``flat_regime`` (None: both) and clear gains up to m = 0.4 n in the other regime."""
+    rng = np.random.default_rng(1)
+    rows: list[dict[str, float | str]] = []
+    for n in (400, 1600, 6400):
+        for fraction in FRACTIONS_FULL:
+            m = max(1, round(fraction * n))
+            for regime in ("shared", "independent"):
+                for s in (0, 1):
+                    if flat_regime in (None, regime):
+                        value = 0.02 + rng.uniform(-0.002, 0.002)
+                    else:
+                        value = 0.3 + 0.2 * min(fraction, 0.4)
+                    rows.append({"n": n, "m": m, "m_fraction": fraction, "regime": regime,
+                                 "seed": s, "retrieval/x2y_recall@1": value,
+                                 "retrieval/y2x_recall@1": value})
+    return rows
+
+
+def test_a_metric_that_m_does_not_move_is_reported_as_such(tmp_path: Path) -> None:
+    # Noise-level differences must not be read as "gains stop at the smallest m".
+    study = NegativesStudy("quick", data="synthetic", tolerance=0.01)
+    analysis = study.analyze(_flat_rows(None), tmp_path)
+    assert analysis.headline.startswith("On this data and budget the number of negatives made "
+                                        "no measurable difference")
+    assert "m* ≈" not in analysis.headline
+    grid = analysis.numbers["grid_saturation"]
+    assert all(c["flat"] and c["gain"] <= 0.01 for c in grid["cells"])
+    assert grid["regimes"] == {}  # no alpha from cells that do not locate m*
+
+
+def test_flat_cells_are_left_out_of_the_headline_and_alpha(tmp_path: Path) -> None:
+    study = NegativesStudy("quick", data="synthetic", tolerance=0.01)
+    analysis = study.analyze(_flat_rows("shared"), tmp_path)
+    grid = analysis.numbers["grid_saturation"]
+    flat = {(c["regime"], c["n"]) for c in grid["cells"] if c["flat"]}
+    assert flat == {("shared", n) for n in (400, 1600, 6400)}
+    assert set(grid["regimes"]) == {"independent"}
+    for c in grid["cells"]:
+        if c["regime"] == "independent":  # gains up to 0.4 n, flat after
+            assert c["m_star_over_n"] == pytest.approx(0.4, abs=0.01)
+    assert "m* ≈ 0.40 n" in analysis.headline
+    assert "No measurable gain from more negatives in shared n = 400" in analysis.headline
+
+
 def _summaries(study_dir: Path) -> dict[str, float]:
     return {p.parent.name: p.stat().st_mtime_ns for p in study_dir.glob("*/summary.json")}
 

@@ -145,7 +145,8 @@ class NegativesStudy(Study):
             "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
                       "max_samples": grid.budget, "log_every": 25,
                       "checkpoint_every": max(25, grid.budget // grid.batch_size // 4)},
-            "eval": {"probe": False, "geometry": False},
+            # probes only when the summary metric is one (they need labels and take time)
+            "eval": {"probe": self.metric.startswith("probe/"), "geometry": False},
         }
         tags = {"n": n, "m": m, "m_fraction": fraction, "regime": regime, "seed": seed}
         return RunSpec(config, tags, label=f"n{n}-m{m}-{run_regime[:3]}-s{seed}")

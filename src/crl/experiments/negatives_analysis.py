@@ -129,6 +129,10 @@ def grid_saturation(rows: list[dict[str, Any]], metric: str, tolerance: float, h
     within ``tolerance`` of the best swept ``m``, with a bootstrap interval over seeds; per regime
     the slope ``alpha`` of ``log m*`` against ``log n`` (free intercept) with its interval.
 
+    A cell is ``flat`` when the best swept ``m`` beats the smallest by no more than ``tolerance``
+    (``gain``): more negatives made no measurable difference there, so its ``m*`` (the smallest
+    ``m``) says nothing about where gains stop. Flat cells are left out of ``alpha``.
+
     Example:
         >>> rows = [{"regime": "shared", "n": n, "m": m, "seed": s, "score": min(m / n, 0.4)}
         ...         for n in (100, 200, 400) for m in (10, 40, 100) if m <= n for s in (0, 1)]
@@ -146,15 +150,17 @@ def grid_saturation(rows: list[dict[str, Any]], metric: str, tolerance: float, h
             resampled = {m: list(rng.choice(v, size=len(v))) for m, v in by_m.items()}
             draws.append(_saturation_point(resampled, tolerance)[0])
         means = {m: float(np.mean(v)) for m, v in by_m.items()}
+        gain = means[best_m] - means[min(means)]  # in score units: >= 0
         out_cells.append({
             "regime": regime, "n": n, "m_star": m_star, "m_star_over_n": m_star / n,
+            "gain": gain, "flat": gain <= tolerance,
             "m_star_ci": [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))],
             "best_m": best_m, "best": means[best_m] if higher else -means[best_m],
             "at_m_star": means[m_star] if higher else -means[m_star],
             "_draws": draws})
     regimes: dict[str, Any] = {}
     for regime in sorted({c["regime"] for c in out_cells}):
-        mine = [c for c in out_cells if c["regime"] == regime]
+        mine = [c for c in out_cells if c["regime"] == regime and not c["flat"]]
         if len({c["n"] for c in mine}) < 2:
             continue
         anchors = np.array([c["n"] for c in mine], dtype=float)
@@ -166,15 +172,16 @@ def grid_saturation(rows: list[dict[str, Any]], metric: str, tolerance: float, h
                                         float(np.percentile(boot, 97.5))]}
     for c in out_cells:
         del c["_draws"]
-    return {"tolerance": tolerance, "cells": out_cells, "regimes": regimes}
+    return {"metric": metric, "tolerance": tolerance, "cells": out_cells, "regimes": regimes}
 
 
 def _grid_table(grid: dict[str, Any]) -> Table:
     return Table(f"Saturation on the grid (within {grid['tolerance']:g} of the best m)",
                  ["regime", "n", "m*", "m* 95% CI (seeds)", "m*/n", "metric at m*",
-                  "best m", "best metric"],
+                  "best m", "best metric", "gain over the smallest m"],
                  [[c["regime"], c["n"], c["m_star"], f"[{plots_ci(tuple(c['m_star_ci']))}]",
-                   c["m_star_over_n"], c["at_m_star"], c["best_m"], c["best"]]
+                   c["m_star_over_n"], c["at_m_star"], c["best_m"], c["best"],
+                   f"{c['gain']:.3f}" + (" (flat)" if c["flat"] else "")]
                   for c in grid["cells"]])
 
 
@@ -190,6 +197,11 @@ def _grid_text(grid: dict[str, Any], tolerance: float) -> str:
              f"within {tolerance:g} of the best swept m; its interval resamples the seeds. It "
              "needs no model of the curve, but it can only take the swept values."]
     for c in grid["cells"]:
+        if c["flat"]:
+            parts.append(f"{c['regime']}, n = {c['n']}: flat, the best m ({c['best_m']}, "
+                         f"metric {c['best']:.3f}) beats the smallest by only {c['gain']:.3f}, "
+                         "within the tolerance, so this cell does not locate m*.")
+            continue
         parts.append(f"{c['regime']}, n = {c['n']}: m* = {c['m_star']} "
                      f"({100 * c['m_star_over_n']:.0f}% of n; metric {c['at_m_star']:.3f} "
                      f"against the best {c['best']:.3f} at m = {c['best_m']}).")
@@ -422,7 +434,10 @@ def _theory_text(theory: dict[str, Any], fitted: CriticalMResult) -> str:
 def _comparison_text(grid: dict[str, Any], fitted: CriticalMResult,
                      gains: list[dict[str, Any]]) -> list[str]:
     out = []
-    ratios = [c["m_star_over_n"] for c in grid["cells"]]
+    ratios = [c["m_star_over_n"] for c in grid["cells"] if not c["flat"]]
+    if not ratios and grid["cells"]:
+        out.append("Saturation: no comparison with the paper's m* ≈ 0.4 n is possible, since "
+                   "more negatives made no difference beyond the tolerance in any cell.")
     if ratios:
         median = float(np.median(ratios))
         verdict = "close to" if 0.2 <= median <= 0.7 else "unlike"
@@ -463,16 +478,31 @@ def _headline(grid: dict[str, Any]) -> str:
     cells = grid["cells"]
     if not cells:
         return "No finished runs to analyse."
+    tolerance = grid["tolerance"]
+    informative = [c for c in cells if not c["flat"]]
+    if not informative:
+        values = [c["best"] for c in cells] + [c["at_m_star"] for c in cells]
+        return (f"On this data and budget the number of negatives made no measurable difference: "
+                f"in every (regime, n) the best m beats the smallest by at most "
+                f"{max(c['gain'] for c in cells):.3f}, within the tolerance {tolerance:g}, so m* "
+                f"cannot be located ({grid.get('metric', 'the metric')} ranges "
+                f"{min(values):.3f} to {max(values):.3f}). If that is near chance, train longer "
+                "or choose a metric the model can move (e.g. --metric probe/knn_acc on labelled "
+                "data).")
     parts = []
     for regime in REGIMES:
-        mine = [c for c in cells if c["regime"] == regime]
+        mine = [c for c in informative if c["regime"] == regime]
         if mine:
             parts.append(f"{regime}: " + ", ".join(
                 f"{100 * c['m_star_over_n']:.0f}% at n = {c['n']}" for c in mine))
-    ratios = [c["m_star_over_n"] for c in cells]
+    ratios = [c["m_star_over_n"] for c in informative]
     text = (f"How many negatives this data can use: gains stop within "
-            f"{grid['tolerance']:g} of the best at m* ≈ {np.median(ratios):.2f} n "
+            f"{tolerance:g} of the best at m* ≈ {np.median(ratios):.2f} n "
             f"(median; {'; '.join(parts)}).")
+    flat = [c for c in cells if c["flat"]]
+    if flat:
+        text += (" No measurable gain from more negatives in " + ", ".join(
+            f"{c['regime']} n = {c['n']}" for c in flat) + " (left out).")
     alphas = {r: v["alpha"] for r, v in grid["regimes"].items()}
     if alphas:
         text += " m* grows like n^alpha with " + ", ".join(
