@@ -93,6 +93,18 @@ def test_analysis_recovers_known_exponents(tmp_path: Path) -> None:
     assert gains[("shared", 400)]["gain_10_to_40"] > 0
 
 
+def test_digits_defaults_to_the_class_level_knn_metric() -> None:
+    # Instance recall@1 of two augmented views stays near chance on digits; kNN accuracy moves.
+    study = NegativesStudy("smoke", data="digits")
+    assert study.metric == "probe/knn_acc"
+    assert all(spec.config["eval"]["probe"] for spec in study.runs())
+    pycode = NegativesStudy("smoke")
+    assert pycode.metric == "recall@1"
+    assert not any(spec.config["eval"]["probe"] for spec in pycode.runs())
+    with pytest.raises(CrlValueError, match="needs labelled data"):
+        NegativesStudy("smoke", metric="probe/knn_acc")
+
+
 def _flat_rows(flat_regime: str | None) -> list[dict[str, float | str]]:
     """recall@1 near chance that m does not move beyond seed noise (0.004 < tolerance), in
     ``flat_regime`` (None: both) and clear gains up to m = 0.4 n in the other regime."""

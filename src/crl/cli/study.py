@@ -31,7 +31,8 @@ def negatives(
     preset: str = _PRESET,
     data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE."),
     model: str | None = typer.Option(None, "--model", help="Model kind (default per data)."),
-    metric: str = typer.Option("recall@1", "--metric", help="Summary metric to fit."),
+    metric: str | None = typer.Option(
+        None, "--metric", help="Summary metric to fit (default: recall@1; digits: probe/knn_acc)."),
     tolerance: float = typer.Option(0.01, "--tolerance", help="delta of m*(n; delta)."),
     temperature: float = typer.Option(0.05, "--temperature", help="GCL temperature."),
     out: Path = _OUT,
