@@ -10,8 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import crl.negatives.sets as sets_module
 from crl.errors import CrlTypeError, CrlValueError
-from crl.negatives import NegativeSets, permute, round_keys, rows_with_negatives
+from crl.negatives import NegativeSets, permutation, permute, round_keys, rows_with_negatives
 
 REGIMES = ("shared", "independent")
 
@@ -40,6 +41,50 @@ def test_per_anchor_permutations_are_bijections(n: int, seed: int, anchors: list
     y = permute(x, n, keys.unsqueeze(1).expand(len(anchors), n, keys.shape[-1]))
     for row in y:
         assert torch.equal(row.sort().values, torch.arange(n))
+
+
+def _ref_hash32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    v = (((v >> 16) ^ v) * 0x45D9F3B) & 0xFFFFFFFF
+    v = (((v >> 16) ^ v) * 0x45D9F3B) & 0xFFFFFFFF
+    return (v >> 16) ^ v
+
+
+def _ref_permute(v: int, n: int, keys: list[int], inverse: bool = False) -> int:
+    """One value through the balanced Feistel network with cycle-walking, in plain Python."""
+    h = 1
+    while 4**h < n:
+        h += 1
+    mask = (1 << h) - 1
+    while True:
+        left, right = v >> h, v & mask
+        for k in (reversed(keys) if inverse else keys):
+            if inverse:
+                left, right = right ^ (_ref_hash32(left ^ k) & mask), left
+            else:
+                left, right = right, left ^ (_ref_hash32(right ^ k) & mask)
+        v = (left << h) | right
+        if v < n:
+            return v
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 16])
+@pytest.mark.parametrize("n", [7, 1000, 4097, 10**12])
+def test_permutation_equals_the_plain_python_network(chunk: int, n: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sliced (small chunk) or not, vectorised or not: the same sets for the same seed.
+    monkeypatch.setattr(permutation, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(n % 1000)
+    x = torch.randint(0, n, (6, 9), generator=g)
+    shared = round_keys(3)
+    per_anchor = round_keys(3, torch.arange(6) * 1000 + 7)  # (6, R)
+    for inverse in (False, True):
+        got = permute(x, n, shared, inverse=inverse)
+        got_anchor = permute(x, n, per_anchor.unsqueeze(1), inverse=inverse)
+        for i, j in itertools.product(range(6), range(9)):
+            v = int(x[i, j])
+            assert int(got[i, j]) == _ref_permute(v, n, shared.tolist(), inverse)
+            assert int(got_anchor[i, j]) == _ref_permute(v, n, per_anchor[i].tolist(), inverse)
 
 
 def test_permutation_mixes() -> None:
@@ -91,8 +136,12 @@ def test_m_equal_n_is_every_other_candidate(regime: str) -> None:
     assert torch.equal(full, ~torch.eye(n, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("chunk", [7, 1 << 16])  # 7: the mask is computed in anchor slices
 @pytest.mark.parametrize("regime", REGIMES)
-def test_batch_mask_equals_brute_force_membership(regime: str) -> None:
+def test_batch_mask_equals_brute_force_membership(regime: str, chunk: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sets_module, "CHUNK", chunk)
+    monkeypatch.setattr(permutation, "CHUNK", chunk)
     n, m = 60, 13
     sets = NegativeSets(n, m, regime=regime, seed=11)  # type: ignore[arg-type]
     truth = brute_force_sets(sets)

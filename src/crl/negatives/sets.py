@@ -17,7 +17,11 @@ from torch import Tensor
 
 from crl._validation import check_choice, check_int_range, describe
 from crl.errors import CrlTypeError, CrlValueError
-from crl.negatives.permutation import MAX_N, permute, round_keys
+from crl.negatives.permutation import CHUNK, MAX_N, permute, round_keys
+
+#: Entries per slice of an independent-regime mask (16 permutation chunks: few cycle-walking
+#: rounds per slice, int64 temporaries of 8 MiB).
+_SLICE = 16 * CHUNK
 
 Regime = Literal["shared", "independent"]
 REGIMES: tuple[str, ...] = ("shared", "independent")
@@ -124,6 +128,16 @@ class NegativeSets:
         anchors = _check_index(where, "anchor_index", anchor_index, self.n)
         candidates = _check_index(where, "candidate_index", candidate_index, self.n)
         candidates = candidates.to(anchors.device)
+        b, k = anchors.numel(), candidates.numel()
+        if self.regime == "shared" or b * k <= 2 * _SLICE or b == 1:
+            return self._mask(anchors, candidates)  # shared: one permutation of the candidates
+        # Independent: slices of anchors of about _SLICE entries, so that the passes over an
+        # (anchors, candidates) block around the permutation stay in cache.
+        step = max(1, _SLICE // max(k, 1))
+        return torch.cat([self._mask(anchors[i:i + step], candidates) for i in range(0, b, step)])
+
+    def _mask(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        """:meth:`mask` of checked int64 indices on one device."""
         not_self = anchors.unsqueeze(1) != candidates.unsqueeze(0)  # (B, K)
         b, k = anchors.numel(), candidates.numel()
         if self.m >= self.n or b == 0 or k == 0:
