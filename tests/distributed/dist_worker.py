@@ -66,6 +66,7 @@ def main() -> None:
         distributed.shutdown(wait=False)
         raise
     distributed.shutdown()
+    distributed.finish(0)  # as `crl train` does under torchrun
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def train(
         cfg = smoke_config(cfg)
     name = Path(config).stem if Path(config).is_file() else config
     run_dir = out / f"{name}-{config_hash(cfg)}"
-    distributed.init_from_env(cfg.train.device)  # under torchrun
+    under_torchrun = distributed.init_from_env(cfg.train.device)
     try:
         result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
     except BaseException:
@@ -74,3 +74,5 @@ def train(
         _print_summary(result.summary, run_dir)
         print(f"run directory: {run_dir}")
     distributed.shutdown()
+    if under_torchrun:
+        distributed.finish(0)  # no interpreter teardown after the process group (see there)
