@@ -127,6 +127,18 @@ def check_int_range(where: str, name: str, value: Any, low: int, high: int | Non
     return value
 
 
+def check_rows(where: str, rows: Any, batch: int) -> slice:
+    """``rows`` (a batch's anchors) checked: ``slice(start, stop)`` with explicit integer
+    bounds, ``0 <= start < stop <= batch`` and step 1; None means every row."""
+    if rows is None:
+        return slice(0, batch)
+    if isinstance(rows, slice) and rows.step in (None, 1) and isinstance(rows.start, int) \
+            and isinstance(rows.stop, int) and 0 <= rows.start < rows.stop <= batch:
+        return slice(rows.start, rows.stop)
+    raise CrlValueError(f"{where}: `rows` must be a non-empty contiguous slice(start, stop) of "
+                        f"the batch of {batch}, within [0, {batch}]; got {rows!r}")
+
+
 def check_mask(where: str, name: str, mask: Any, shape: Sequence[int], *,
                need_true_per_row: bool = True, ignore_diagonal: bool = False) -> Tensor:
     """Check a boolean mask of ``shape`` in which every row has at least one True entry."""

@@ -29,6 +29,24 @@ def masked_logsumexp(x: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
     return (torch.log(summed) + peak).squeeze(dim)
 
 
+def anchor_negatives(mask: Tensor | None, rows: slice, width: int,
+                     device: torch.device) -> Tensor:
+    """``(h, W)`` bool: the negatives of the anchors ``rows`` of a batch among its ``W``
+    candidates, ``mask`` (the rows' ``(h, W)`` mask; None: every candidate) without each
+    anchor's positive, candidate ``rows.start + i`` (a new tensor).
+
+    Example:
+        >>> anchor_negatives(None, slice(1, 3), 3, torch.device("cpu")).long().tolist()
+        [[1, 0, 1], [1, 1, 0]]
+    """
+    h = rows.stop - rows.start
+    out = (torch.ones(h, width, dtype=torch.bool, device=device) if mask is None
+           else mask.to(device=device, copy=True))
+    own = torch.arange(h, device=device)
+    out[own, own + rows.start] = False
+    return out
+
+
 def off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
     """The ``(n, n)`` bool mask that is True off the diagonal (every ``j != i``)."""
     return ~torch.eye(n, dtype=torch.bool, device=device)

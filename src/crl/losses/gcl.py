@@ -23,30 +23,18 @@ from crl._validation import (
     check_mask,
     check_pair,
     check_positive,
+    check_rows,
     compute_dtype,
     describe,
     upcast,
 )
 from crl.errors import CrlTypeError, CrlValueError
-from crl.losses._common import masked_logsumexp
+from crl.losses._common import anchor_negatives, masked_logsumexp
 from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp, densify
 
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
 _WHERE = "GlobalContrastiveLoss"
-
-
-def _check_rows(rows: object, batch: int) -> slice:
-    """``rows`` as ``slice(start, stop)`` with ``0 <= start < stop <= batch`` (None: all)."""
-    if rows is None:
-        return slice(0, batch)
-    if isinstance(rows, slice) and rows.step in (None, 1):
-        start, stop, _ = rows.indices(batch)
-        if start < stop and (rows.start is None or rows.start >= 0) and (
-                rows.stop is None or 0 <= rows.stop <= batch):
-            return slice(start, stop)
-    raise CrlValueError(f"{_WHERE}: `rows` must be a non-empty contiguous slice of the batch "
-                        f"of {batch}, within [0, {batch}); got {rows!r}")
 
 
 def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
@@ -253,10 +241,7 @@ class GlobalContrastiveLoss(nn.Module):
             # gives log u_i = Delta_ij exactly.
             if mask is not None and not isinstance(mask, Tensor):
                 mask = mask.mask(index[rows], index)
-            own = torch.arange(h, device=x.device)
-            negatives = (torch.ones(h, batch, dtype=torch.bool, device=x.device) if mask is None
-                         else mask.clone())
-            negatives[own, own + rows.start] = False
+            negatives = anchor_negatives(mask, rows, batch, x.device)
             has = negatives.any(dim=1).nonzero().squeeze(1)  # (A,) local anchors with one
             if has.numel() == 0:
                 return self._nothing(x, y, tau), 0
@@ -346,7 +331,7 @@ class GlobalContrastiveLoss(nn.Module):
         a, b = upcast(a, dtype), upcast(b, dtype)
         batch = a.shape[0]
         index = self._check_index(index, batch).to(a.device)
-        rows = _check_rows(rows, batch)
+        rows = check_rows(_WHERE, rows, batch)
         h = rows.stop - rows.start
         mask: Tensor | TileMask | None = negatives_mask
         if isinstance(negatives_mask, Tensor):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from crl import distributed
+from crl._validation import check_rows
 from crl.errors import CrlValueError
 from crl.losses import (
     GlobalContrastiveLoss,
@@ -28,7 +29,7 @@ from crl.losses import (
     siglip_loss,
     supcon_loss,
 )
-from crl.losses._common import masked_logsumexp
+from crl.losses._common import anchor_negatives, masked_logsumexp
 from crl.losses.tiled import TileMask, anchor_logsumexp, densify
 from crl.negatives import NegativesConfig, build_negative_sets
 from crl.train.config import LossConfig
@@ -263,13 +264,8 @@ class Objective(nn.Module):
             CrlValueError: if ``rows`` is not a non-empty slice of the batch.
         """
         cfg = self.cfg
-        batch = za.shape[0]
-        start, stop, step = rows.indices(batch)
-        if step != 1 or start >= stop or rows.start is None or rows.start < 0 \
-                or rows.stop is None or rows.stop > batch:
-            raise CrlValueError(f"Objective.local: `rows` must be a non-empty contiguous slice "
-                                f"of the batch of {batch}; got {rows!r}")
-        h = stop - start
+        rows = check_rows("Objective.local", rows, za.shape[0])
+        h = rows.stop - rows.start
         world = distributed.world_size()
         logs: dict[str, float] = {}
         total: Tensor
@@ -296,11 +292,9 @@ class Objective(nn.Module):
             scale = self.siglip_scale.exp()
             logits = scale * (za[rows] @ zb.T) + self.siglip_bias  # (h, B)
             own = torch.arange(h, device=za.device)
-            positives = torch.zeros_like(logits, dtype=torch.bool)
-            positives[own, own + start] = True
-            dense = self.rows_dense_mask(index, labels, rows)
-            negatives = ~positives if dense is None else dense & ~positives
-            loss = -(F.logsigmoid(logits[positives]).sum()
+            negatives = anchor_negatives(self.rows_dense_mask(index, labels, rows), rows,
+                                         za.shape[0], za.device)
+            loss = -(F.logsigmoid(logits[own, own + rows.start]).sum()
                      + (F.logsigmoid(-logits) * negatives).sum()) / h
             logs["train/logit_scale"] = float(scale.detach())
             logs["train/logit_bias"] = float(self.siglip_bias.detach())
@@ -353,11 +347,8 @@ class Objective(nn.Module):
                           mask: Tensor | None) -> tuple[Tensor, int]:
         """:meth:`_delta_loss` of the anchors ``rows``: the sum over those with a negative (mean
         over directions) and their number."""
-        h = rows.stop - rows.start
-        own = torch.arange(h, device=za.device)
-        negatives = torch.ones(h, za.shape[0], dtype=torch.bool, device=za.device) \
-            if mask is None else mask.clone()
-        negatives[own, own + rows.start] = False
+        own = torch.arange(rows.stop - rows.start, device=za.device)
+        negatives = anchor_negatives(mask, rows, za.shape[0], za.device)
         has = negatives.any(dim=1)
         count = int(has.sum())
         if count == 0:
