@@ -1,4 +1,8 @@
-"""``crl bench loss | retrieval``: side-by-side benchmarks, written as JSON."""
+"""``crl bench loss | retrieval``: side-by-side benchmarks, written as JSON.
+
+Results go under ``runs/bench/`` (ignored by git) unless ``--out`` names another file: the
+tracked ``benchmarks/results/*.json`` change only when ``--out`` names them.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ import typer
 
 from crl.cli import app
 from crl.cli._common import handle_errors
+
+#: Where results go by default: under ``runs/`` (ignored by git), never a tracked file.
+BENCH_DIR = Path("runs/bench")
 
 bench_app = typer.Typer(
     help="Benchmarks of crl against the straightforward implementation, side by side.",
@@ -26,10 +33,12 @@ def _progress(name: str) -> None:
 @handle_errors
 def loss(
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke run (checks it runs)."),
-    out: Path = typer.Option(Path("benchmarks/results/loss.json"), "--out",
-                             help="Where to write the JSON results."),
+    out: Path = typer.Option(BENCH_DIR / "loss.json", "--out",
+                             help="Where to write the JSON results (the tracked "
+                                  "benchmarks/results/loss.json only when named here)."),
     batch_sizes: str = typer.Option("", "--batch-sizes",
-                                    help="Comma-separated batch sizes (default: the issue's)."),
+                                    help="Comma-separated batch sizes (default: 4096,8192,"
+                                         "16384,32768,131072; with --quick: 300)."),
     block_size: int = typer.Option(0, "--block-size", help="Tile side (0: the default)."),
 ) -> None:
     """Tiled vs plain CLIP loss (D = 256, float32): time, peak memory, matmul efficiency.
@@ -58,8 +67,9 @@ def loss(
 @handle_errors
 def retrieval(
     quick: bool = typer.Option(False, "--quick", help="Seconds-long smoke run (checks it runs)."),
-    out: Path = typer.Option(Path("benchmarks/results/retrieval.json"), "--out",
-                             help="Where to write the JSON results."),
+    out: Path = typer.Option(BENCH_DIR / "retrieval.json", "--out",
+                             help="Where to write the JSON results (the tracked "
+                                  "benchmarks/results/retrieval.json only when named here)."),
     n: int = typer.Option(100_000, "--n", help="Queries and candidates."),
     block_size: int = typer.Option(1024, "--block-size", help="retrieval_metrics block size."),
 ) -> None:
