@@ -27,9 +27,9 @@ from crl import distributed
 from crl.bench._measure import best_time
 from crl.env import environment_info
 from crl.negatives import NegativesConfig
+from crl.rundir import write_json
 from crl.train.config import LossConfig
 from crl.train.objective import Objective
-from crl.train.rundir import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
 

@@ -29,9 +29,9 @@ from crl.env import environment_info
 from crl.eval import knn_probe, linear_probe, retrieval_metrics
 from crl.models import build_model
 from crl.models.config import ModelConfig
+from crl.rundir import write_json
 from crl.train import build_run, config_hash, fit, load_config
 from crl.train.evaluation import evaluate
-from crl.train.rundir import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "quality.json"
 

@@ -1,9 +1,10 @@
-"""The files of a run directory (DESIGN.md), written so that a crash never leaves a torn file.
+"""The files of a run directory (docs/training.md), written so a crash never leaves a torn file.
 
 ``config.json``, ``summary.json`` and ``checkpoint.pt`` are written to a temporary file in the same
 directory, flushed, fsync'ed and renamed over the target (``os.replace`` is atomic on POSIX and
-Windows). ``metrics.jsonl`` is appended to and flushed line by line; its reader drops a torn last
-line (a crash in the middle of a write).
+Windows); the directory is then fsync'ed too, so the rename itself survives a power loss.
+``metrics.jsonl`` is appended to and flushed line by line; its reader drops a torn last line (a
+crash in the middle of a write). Both the trainer and the studies import these helpers from here.
 """
 
 from __future__ import annotations
@@ -38,8 +39,24 @@ def _umask() -> int:
     return mask
 
 
+def fsync_directory(folder: str | Path) -> None:
+    """Flush a directory's entries (a rename, a new file) to disk; a no-op where the platform
+    cannot open a directory (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a directory; the rename already happened
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
-    """Write a file atomically: ``write(handle)`` into a temporary sibling, fsync, rename.
+    """Write a file atomically: ``write(handle)`` into a temporary sibling, fsync, rename, fsync
+    the directory.
 
     Example:
         >>> import tempfile
@@ -60,6 +77,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        fsync_directory(path.parent)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         if exc.filename is None:  # e.g. a full disk: say which file could not be written
@@ -165,6 +183,7 @@ __all__ = [
     "SUMMARY_FILE",
     "append_jsonl",
     "atomic_write",
+    "fsync_directory",
     "read_json",
     "read_jsonl",
     "remove_temporaries",

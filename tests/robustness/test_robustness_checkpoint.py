@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from crl import __version__
 from crl.cli import app
 from crl.errors import CrlError
+from crl.rundir import read_json, read_jsonl
 from crl.train import NonFiniteLossError, TrainConfig, config_hash, fit, load_config
 from crl.train.checkpoint import load_checkpoint
-from crl.train.rundir import read_json, read_jsonl
 
 # 64 pairs, batches of 16 (4 steps an epoch), 8 steps, a checkpoint every 2.
 TINY = ["data.num_train=64", "data.synthetic.num_samples=128", "train.batch_size=16",
@@ -182,7 +182,7 @@ def test_full_disk_during_a_checkpoint_keeps_the_old_one(stopped: Path, tmp_path
     the previous checkpoint intact, no temporary file left."""
     import errno
 
-    import crl.train.rundir as rundir
+    import crl.rundir as rundir
 
     cfg = _config()
     out = tmp_path / "runs"

@@ -9,9 +9,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-import crl.train.rundir as rundir
+import crl.rundir as rundir
 from crl.experiments.plots import save
-from crl.train.rundir import atomic_write, write_json
+from crl.rundir import atomic_write, write_json
 
 
 def test_atomic_files_get_the_umask_mode_not_0600(tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ import torch
 from crl.experiments.registry import get_study
 from crl.experiments.results import RESULTS_FILE, collect_rows, read_results
 from crl.experiments.runner import run_study
+from crl.rundir import read_json, read_jsonl
 from crl.train import config_hash, fit, load_config
 from crl.train.checkpoint import load_checkpoint
-from crl.train.rundir import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 import crl.train.loop as loop
 from crl.errors import CrlError
+from crl.rundir import read_jsonl
 from crl.train import (
     NonFiniteLossError,
     Objective,
@@ -21,7 +22,6 @@ from crl.train import (
     fit,
     load_config,
 )
-from crl.train.rundir import read_jsonl
 
 # A tiny synthetic run: 256 training pairs, batches of 32 (8 steps per epoch), 20 steps.
 _BASE = [

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from crl.errors import CrlError, CrlValueError
-from crl.train.checkpoint import CHECKPOINT_KEYS, load_checkpoint, save_checkpoint
-from crl.train.rundir import (
+from crl.rundir import (
     append_jsonl,
     atomic_write,
     read_json,
@@ -17,6 +16,7 @@ from crl.train.rundir import (
     rewrite_jsonl,
     write_json,
 )
+from crl.train.checkpoint import CHECKPOINT_KEYS, load_checkpoint, save_checkpoint
 
 
 def test_failed_atomic_write_keeps_the_old_file(tmp_path: Path) -> None:
@@ -30,6 +30,30 @@ def test_failed_atomic_write_keeps_the_old_file(tmp_path: Path) -> None:
         atomic_write(target, broken)  # type: ignore[arg-type]
     assert read_json(target) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]  # no temporary left
+
+
+def test_atomic_write_fsyncs_the_directory_after_the_rename(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is fsync'ed before the rename and its directory after it (the rename is durable)."""
+    import os
+    import stat
+
+    import crl.rundir as rundir
+
+    target = tmp_path / "summary.json"
+    calls: list[tuple[str, bool]] = []  # (what the descriptor is, whether the target exists yet)
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        info = os.fstat(fd)
+        is_dir = stat.S_ISDIR(info.st_mode)
+        same = is_dir and info.st_ino == os.stat(tmp_path).st_ino
+        calls.append(("folder" if same else "dir" if is_dir else "file", target.exists()))
+        real(fd)
+
+    monkeypatch.setattr(rundir.os, "fsync", spy)
+    write_json(target, {"a": 1})
+    assert calls == [("file", False), ("folder", True)]
 
 
 def test_json_writes_nan_as_null_and_reads_back(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from crl.experiments.registry import get_study
 from crl.experiments.report import REPORT_FILE, build_report
 from crl.experiments.runner import STUDY_FILE, StudyOutcome, run_study
 from crl.experiments.study import Analysis
-from crl.train.rundir import read_json
+from crl.rundir import read_json
 
 
 def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs",

@@ -24,9 +24,9 @@ from scipy.optimize import linprog, minimize
 from crl.experiments import plots
 from crl.experiments.study import Analysis, Figure, RunSpec, Section, Study, Table
 from crl.losses import oce_risk, pairwise_risk
+from crl.rundir import read_json, write_json
 from crl.theory.calibration import calibration_bound
 from crl.theory.models import TabularModel
-from crl.train.rundir import read_json, write_json
 
 LOSSES = ("contrastive", "oce_cvar", "oce_softplus", "logistic", "exponential",
           "squared_hinge", "hinge")

@@ -66,9 +66,9 @@ class GclStudy(Study):
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
         from crl.eval.risk import heldout_contrastive_risk
         from crl.experiments.runs import load_trained
+        from crl.rundir import write_json
         from crl.train import fit, validate_config
         from crl.train.evaluation import encode_split
-        from crl.train.rundir import write_json
 
         config = validate_config(spec.config, origin=f"study gcl run {spec.run_id}")
         train_dir = run_dir / "train"

@@ -30,8 +30,8 @@ from crl.experiments import plots
 from crl.experiments.study import Analysis, Figure, RunSpec, Section, Study, Table
 from crl.models import build_model
 from crl.models.config import ModelConfig
+from crl.rundir import SUMMARY_FILE, write_json
 from crl.theory.discrepancy import DiscrepancyReport, collision_probability, internal_discrepancy
-from crl.train.rundir import SUMMARY_FILE, write_json
 
 RATIOS = {"smoke": (1, 100), "quick": (1, 10, 50, 100), "full": (1, 10, 50, 100)}
 METHODS = ("supervised", "contrastive", "contrastive_kmeans")

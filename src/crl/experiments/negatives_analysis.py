@@ -70,8 +70,8 @@ def _theory_check(study_dir: Path, preset: str) -> dict[str, Any]:
         return cached
     import torch
 
+    from crl.rundir import write_json
     from crl.theory import TabularModel, fit_rate, inner_outer_error
-    from crl.train.rundir import write_json
 
     rng = np.random.default_rng(12)
     model = TabularModel([0.3, 0.7], rng.dirichlet(np.ones(6), size=2))

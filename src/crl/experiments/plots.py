@@ -22,7 +22,7 @@ def save(fig: Any, path: Path) -> None:
     and close it."""
     import io
 
-    from crl.train.rundir import atomic_write
+    from crl.rundir import atomic_write
 
     fig.tight_layout()
     buffer = io.BytesIO()

@@ -17,7 +17,7 @@ from crl.env import environment_info
 from crl.errors import CrlValueError
 from crl.experiments.results import RESULTS_FILE, collect_rows, write_results
 from crl.experiments.study import Analysis, Study
-from crl.train.rundir import atomic_write, read_json, write_json
+from crl.rundir import atomic_write, read_json, write_json
 
 REPORT_FILE = "report.html"
 ANALYSIS_FILE = "analysis.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.experiments.study import RunSpec
-from crl.train.rundir import SUMMARY_FILE, atomic_write, read_json
+from crl.rundir import SUMMARY_FILE, atomic_write, read_json
 
 RESULTS_FILE = "results.csv"
 

@@ -28,7 +28,7 @@ from rich.progress import (
 
 from crl.errors import CrlError, CrlValueError
 from crl.experiments.study import RunSpec, Study
-from crl.train.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
+from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
 
 STUDY_FILE = "study.json"
 SPEC_FILE = "spec.json"

@@ -20,7 +20,7 @@ import torch
 
 from crl import __version__
 from crl.errors import CrlError
-from crl.train.rundir import atomic_write
+from crl.rundir import atomic_write
 
 #: Keys every checkpoint has.
 CHECKPOINT_KEYS = ("model", "objective", "optimizer", "scheduler", "rng", "step", "epoch",

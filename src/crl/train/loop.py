@@ -30,12 +30,7 @@ from crl.data import load_data
 from crl.env import environment_info
 from crl.errors import CrlError, CrlValueError
 from crl.models import DualEncoder, build_model
-from crl.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from crl.train.config import OptimConfig, TrainConfig, config_hash, validate_config
-from crl.train.evaluation import evaluate, probe_features
-from crl.train.objective import Objective
-from crl.train.progress import TensorBoardWriter, TrainProgress
-from crl.train.rundir import (
+from crl.rundir import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
     EVAL_FILE,
@@ -48,6 +43,11 @@ from crl.train.rundir import (
     rewrite_jsonl,
     write_json,
 )
+from crl.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from crl.train.config import OptimConfig, TrainConfig, config_hash, validate_config
+from crl.train.evaluation import evaluate, probe_features
+from crl.train.objective import Objective
+from crl.train.progress import TensorBoardWriter, TrainProgress
 
 
 @dataclass(frozen=True)
