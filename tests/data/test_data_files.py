@@ -70,9 +70,9 @@ def test_empty_file(tmp_path: Path) -> None:
 
 
 def test_unknown_extension_lists_supported(tmp_path: Path) -> None:
-    (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(CrlValueError, match=r"'\.csv'.*\.npz, \.jsonl"):
-        load_pair_file(tmp_path / "x.csv")
+    (tmp_path / "x.xlsx").write_text("a,b\n")
+    with pytest.raises(CrlValueError, match=r"'\.xlsx'.*\.npz, \.jsonl, \.csv, \.tsv, \.parquet"):
+        load_pair_file(tmp_path / "x.xlsx")
 
 
 def test_npz_missing_array_names_keys(tmp_path: Path) -> None:
@@ -107,14 +107,14 @@ def test_jsonl_bad_line_reports_line_number(tmp_path: Path) -> None:
     good = json.dumps({"a": "x", "b": "y"})
     with pytest.raises(CrlValueError, match="line 3 is not valid JSON"):
         load_pair_file(_jsonl(tmp_path / "p.jsonl", [good, good, "{not json"]))
-    with pytest.raises(CrlValueError, match="line 2 needs a text field 'b'"):
+    with pytest.raises(CrlValueError, match="line 2, column 'b': expected text, found nothing"):
         load_pair_file(_jsonl(tmp_path / "q.jsonl", [good, json.dumps({"a": "x", "c": 1})]))
     with pytest.raises(CrlValueError, match="line 1 must be a JSON object"):
         load_pair_file(_jsonl(tmp_path / "r.jsonl", ["[1, 2]"]))
-    with pytest.raises(CrlValueError, match="line 2: either every line has a 'label'"):
+    with pytest.raises(CrlValueError, match="line 2, column 'label': expected an integer"):
         load_pair_file(_jsonl(tmp_path / "s.jsonl",
                               [json.dumps({"a": "x", "b": "y", "label": 1}), good]))
-    with pytest.raises(CrlValueError, match="line 1: 'label' must be an integer"):
+    with pytest.raises(CrlValueError, match="line 1, column 'label': expected an integer.*'cat'"):
         load_pair_file(_jsonl(tmp_path / "t.jsonl", [json.dumps({"a": "x", "b": "y",
                                                                  "label": "cat"})]))
 

@@ -82,8 +82,10 @@ def test_kind_errors() -> None:
         build_model(ModelConfig(kind="cnn"), VECTOR)
     with pytest.raises(CrlValueError, match=r"same dimension.*dim_a=3.*dim_b=5"):
         build_model(ModelConfig(shared_tower=True), VECTOR)
-    with pytest.raises(ValidationError):
-        ModelConfig(kind="transformer")
+    with pytest.raises(CrlValueError, match="'transformer' does not take vector data"):
+        build_model(ModelConfig(kind="transformer"), VECTOR)
+    with pytest.raises(ValidationError, match="package.module:function"):
+        ModelConfig(kind="custom", factory="not a spec")
     with pytest.raises(ValidationError, match="extra"):
         ModelConfig(embedding_dim=3)
 

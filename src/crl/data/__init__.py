@@ -3,7 +3,8 @@
 - ``synthetic``: the closed-form models of THEORY.md section 5.
 - ``digits``: scikit-learn's 8x8 digits with two augmented views (and a long-tailed variant).
 - ``pycode``: docstring-to-code pairs mined from the installed Python sources.
-- ``files``: a user's ``.npz`` or ``.jsonl`` pairs.
+- ``files``: a user's ``.npz`` vectors, or texts in ``.jsonl``, ``.csv``/``.tsv``, ``.parquet`` or
+  a ``datasets`` ``save_to_disk`` directory, through a column map (with hard negatives).
 
 Example:
     >>> splits = load_data(DataConfig(name="digits"))
@@ -14,13 +15,21 @@ Example:
 
 from crl.data.base import DataInfo, DataSplits, PairDataset, TensorPairDataset, TextPairDataset
 from crl.data.cache import resolve_cache_dir
-from crl.data.config import DataConfig, DigitsConfig, FilesConfig, PycodeConfig, SyntheticConfig
+from crl.data.config import (
+    ColumnsConfig,
+    DataConfig,
+    DigitsConfig,
+    FilesConfig,
+    PycodeConfig,
+    SyntheticConfig,
+)
 from crl.data.digits import AugmentedImageDataset
 from crl.data.load import class_counts, load_data
 from crl.data.synthetic import synthetic_model
 
 __all__ = [
     "AugmentedImageDataset",
+    "ColumnsConfig",
     "DataConfig",
     "DataInfo",
     "DataSplits",

@@ -113,13 +113,42 @@ class PycodeConfig(BaseModel):
     cache_dir: str | None = None
 
 
+class ColumnsConfig(BaseModel):
+    """Which columns of a table of texts hold what (docs/data.md, "Your own files").
+
+    Attributes:
+        a: The column of view ``a`` (queries, anchors).
+        b: The column of view ``b`` (documents, positives).
+        label: An integer class column (None: the column ``label`` when the file has one).
+        negatives: Columns of hard negatives: ``H`` view-b texts per row, extra candidates for
+            that row's anchor only.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    a: str = Field("a", min_length=1)
+    b: str = Field("b", min_length=1)
+    label: str | None = None
+    negatives: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_distinct(self) -> ColumnsConfig:
+        names = [self.a, self.b, *([self.label] if self.label else []), *self.negatives]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"each column may have one role; {repeated} has several")
+        return self
+
+
 class FilesConfig(BaseModel):
-    """A user's pairs: ``.npz`` (arrays ``a``, ``b``, optional ``labels``) or ``.jsonl``
-    (text fields ``a``, ``b``, optional ``label``)."""
+    """A user's pairs: ``.npz`` (arrays ``a``, ``b``, optional ``labels``), or a table of texts
+    (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``, a ``datasets`` ``save_to_disk`` directory)
+    read through ``columns``."""
 
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
+    columns: ColumnsConfig = Field(default_factory=ColumnsConfig)
 
 
 class DataConfig(BaseModel):

@@ -82,8 +82,9 @@ def load_data(cfg: DataConfig, *, progress: bool = True) -> DataSplits:
         info = DataInfo("text", None, None, None, None, "pycode", mined.provenance)
         return _splits(text, cfg, info)
     if cfg.files.path is None:
-        raise CrlValueError("load_data: data `files` needs `files.path` (a .npz or .jsonl file)")
-    dataset, provenance = load_pair_file(cfg.files.path)
+        raise CrlValueError("load_data: data `files` needs `files.path` (a .npz, .jsonl, .csv, "
+                            ".tsv or .parquet file, or a datasets save_to_disk directory)")
+    dataset, provenance = load_pair_file(cfg.files.path, cfg.files.columns)
     if isinstance(dataset, TensorPairDataset):
         info = DataInfo("vector", int(dataset.a.shape[1]), int(dataset.b.shape[1]), None,
                         _num_classes(dataset.labels), "files", provenance)

