@@ -7,6 +7,7 @@ Example:
     ('info_nce', 5)
 """
 
+from crl.train.build import build_run
 from crl.train.checkpoint import load_checkpoint, save_checkpoint
 from crl.train.config import (
     EvalConfig,
@@ -16,23 +17,16 @@ from crl.train.config import (
     OptimConfig,
     TrainConfig,
     TrainOptions,
-    apply_overrides,
     config_hash,
-    load_config,
-    preset_names,
-    validate_config,
 )
-from crl.train.config import smoke as smoke_config
-from crl.train.loop import (
-    NonFiniteLossError,
-    RunResult,
-    build_run,
-    epoch_permutation,
-    evaluate_run,
-    fit,
-    train_step,
-)
+from crl.train.evaluation import evaluate_run
+from crl.train.loading import apply_overrides, load_config, preset_names, validate_config
+from crl.train.loading import smoke as smoke_config
+from crl.train.loop import RunResult, fit
 from crl.train.objective import Objective
+from crl.train.sampler import epoch_permutation
+from crl.train.step import NonFiniteLossError, train_step
+from crl.train.writer import RunWriter
 
 __all__ = [
     "EvalConfig",
@@ -43,6 +37,7 @@ __all__ = [
     "OceOptions",
     "OptimConfig",
     "RunResult",
+    "RunWriter",
     "TrainConfig",
     "TrainOptions",
     "apply_overrides",

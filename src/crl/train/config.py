@@ -1,31 +1,25 @@
-"""The typed run config (``TrainConfig``), its loading from YAML or a preset, and ``--set``.
+"""The typed run config (``TrainConfig``) and its hash, the run id.
 
 Every section takes its defaults here (or in its own package for ``data``, ``model`` and
-``negatives``) and nowhere else; unknown keys are errors that list the valid ones, and all the
-problems of a file are reported together in one :class:`~crl.errors.CrlValueError`.
+``negatives``) and nowhere else; unknown keys are errors that list the valid ones. Loading from
+YAML or a preset, ``--set`` and validation live in :mod:`crl.train.loading`.
 
 Example:
-    >>> cfg = load_config("synthetic-gaussian", ["train.steps=50", "loss.temperature=0.2"])
-    >>> cfg.train.steps, cfg.loss.temperature, cfg.train.total_steps(num_train=100)
-    (50, 0.2, 50)
+    >>> cfg = TrainConfig.model_validate({"train": {"steps": 50}})
+    >>> cfg.train.steps, cfg.train.total_steps(num_train=100)
+    (50, 50)
 """
 
 from __future__ import annotations
 
-import email
 import hashlib
 import json
 import math
-from collections.abc import Sequence
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from crl.data.config import DataConfig
-from crl.errors import CrlValueError
 from crl.models.config import ModelConfig
 from crl.negatives.config import NegativesConfig
 
@@ -37,7 +31,7 @@ class _Section(BaseModel):
 
 
 class GclOptions(_Section):
-    """Options of the global contrastive loss (THEORY.md section 3).
+    """Options of the global contrastive loss (GCL).
 
     Attributes:
         gamma: Moving-average weight of the new estimate of ``u`` (constant schedule).
@@ -144,6 +138,15 @@ class TrainOptions(_Section):
         num_workers: DataLoader worker processes (0: in the main process).
         num_threads: torch intra-op threads during the run (None: torch's default). On a
             shared or busy machine 1 is often fastest for small models.
+        sampler: The epoch's batch order: ``random`` (a seeded permutation cut into batches) or
+            ``no_duplicates`` (the same order, but two pairs with an identical ``a`` or ``b``
+            text, or identical tensors, never share a batch; docs/training.md).
+        micro_batch_size: Gradient caching: embed each (per-rank) batch in micro-batches of
+            this many pairs and back-propagate the loss's cached embedding gradients through
+            them, so activation memory is set by it, not by ``batch_size``; the loss and the
+            gradients are those of the whole batch (docs/training.md). None: one pass.
+        precision: ``fp32``, or ``bf16`` (the towers run under bfloat16 autocast on CPU and
+            CUDA; the loss and the logit scale stay float32).
     """
 
     seed: int = Field(0, ge=0)
@@ -157,6 +160,9 @@ class TrainOptions(_Section):
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
     num_workers: int = Field(0, ge=0)
     num_threads: int | None = Field(None, ge=1)
+    sampler: Literal["random", "no_duplicates"] = "random"
+    micro_batch_size: int | None = Field(None, ge=1)
+    precision: Literal["fp32", "bf16"] = "fp32"
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainOptions:
@@ -166,6 +172,9 @@ class TrainOptions(_Section):
                 "give exactly one of epochs / steps / max_samples; got "
                 + ", ".join(f"{k}={getattr(self, k)}" for k in given)
             )
+        if self.micro_batch_size is not None and self.micro_batch_size > self.batch_size:
+            raise ValueError(f"micro_batch_size must be at most batch_size = {self.batch_size}; "
+                             f"got {self.micro_batch_size}")
         return self
 
     def total_steps(self, num_train: int) -> int:
@@ -246,150 +255,6 @@ def config_hash(config: TrainConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-# ---------------------------------------------------------------------------- loading
-
-
-def preset_names() -> list[str]:
-    """Names of the shipped presets (``crl train <name>``)."""
-    folder = resources.files("crl.train") / "presets"
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
-def _read_source(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
-    path = Path(path_or_preset)
-    if path.is_file():
-        text, origin = path.read_text(encoding="utf-8"), str(path)
-    elif str(path_or_preset) in preset_names():
-        resource = resources.files("crl.train") / "presets" / f"{path_or_preset}.yaml"
-        text, origin = resource.read_text(encoding="utf-8"), f"preset {path_or_preset!r}"
-    else:
-        raise CrlValueError(
-            f"load_config: CONFIG must be a YAML file or a preset name; got {str(path_or_preset)!r}"
-            f" (no such file; presets: {', '.join(preset_names())})"
-        )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CrlValueError(f"{origin}: not valid YAML: {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise CrlValueError(f"{origin}: the top level must be a mapping of sections; "
-                            f"got {type(data).__name__}")
-    return data, origin
-
-
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``--set a.b=c`` overrides to a nested dict (values parsed as YAML scalars).
-
-    Example:
-        >>> apply_overrides({"train": {"steps": 10}}, ["train.steps=20", "loss.name=clip"])
-        {'train': {'steps': 20}, 'loss': {'name': 'clip'}}
-    """
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise CrlValueError(f"--set: expected KEY=VALUE with a dotted KEY such as "
-                                f"train.steps=100; got {item!r}")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        node = data
-        parts = key.split(".")
-        for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise CrlValueError(f"--set {item!r}: {'.'.join(parts[:depth + 1])} is a value, "
-                                    f"not a section; got {child!r}")
-            node = child
-        node[parts[-1]] = value
-    return data
-
-
-def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
-    """The config class at a location, to list its valid keys."""
-    cls: type[BaseModel] = TrainConfig
-    for part in loc:
-        field = cls.model_fields.get(str(part))
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return None
-        cls = annotation
-    return cls
-
-
-def format_validation_error(exc: ValidationError, origin: str) -> str:
-    """All errors of a config, one line each, naming the dotted key."""
-    lines = []
-    for err in exc.errors():
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            valid = ", ".join(parent.model_fields) if parent is not None else "?"
-            lines.append(f"  {key}: unknown key; valid keys here: {valid}")
-        else:
-            message = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            shown = "" if isinstance(got, dict) else f"; got {got!r}"
-            lines.append(f"  {key}: {message}{shown}")
-    return f"{origin}: {len(lines)} error(s) in the config:\n" + "\n".join(lines)
-
-
-def validate_config(data: dict[str, Any], origin: str = "config") -> TrainConfig:
-    """Validate a nested dict into a :class:`TrainConfig`, reporting every error together."""
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise CrlValueError(format_validation_error(exc, origin)) from None
-
-
-def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Load a run config from a YAML file or a shipped preset, then apply ``--set`` overrides.
-
-    Args:
-        path_or_preset: A YAML file, or a preset name (see :func:`preset_names`).
-        overrides: ``"a.b=c"`` strings; values are parsed as YAML scalars (``1e-3``, ``true``,
-            ``[1, 5]``, ``null``).
-
-    Returns:
-        The validated config.
-
-    Raises:
-        CrlValueError: listing every problem (unknown keys with the valid ones, bad values).
-    """
-    data, origin = _read_source(path_or_preset)
-    return validate_config(apply_overrides(data, overrides), origin)
-
-
-def smoke(config: TrainConfig) -> TrainConfig:
-    """A copy of ``config`` shrunk to run in seconds: 20 steps of batches of at most 32, at most
-    256 training pairs (digits, synthetic), and (pycode) only the standard library's ``email``
-    package mined.
-
-    Example:
-        >>> smoke(load_config("digits-simclr")).train.steps
-        20
-    """
-    data = config.model_dump()
-    train = data["train"]
-    batch = min(config.train.batch_size, 32)
-    train.update(batch_size=batch, steps=20, epochs=None, max_samples=None, log_every=5,
-                 eval_every=10, checkpoint_every=10)
-    data["optim"]["warmup_steps"] = min(config.optim.warmup_steps, 5)
-    if config.data.name in ("digits", "synthetic"):  # sizes known to exceed 256
-        data["data"]["num_train"] = min(config.data.num_train or 256, 256)
-    data["data"]["synthetic"]["num_samples"] = min(config.data.synthetic.num_samples, 512)
-    data["eval"]["batch_size"] = min(config.eval.batch_size, 256)
-    if config.data.name == "pycode" and config.data.pycode.roots is None:
-        # Mine one small standard-library package instead of the whole installation.
-        data["data"]["pycode"]["roots"] = [str(Path(email.__file__).parent)]
-    if config.loss.gcl.decay_epochs is not None:
-        data["loss"]["gcl"]["decay_epochs"] = 1
-    return validate_config(data, "smoke config")
-
 __all__ = [
     "EvalConfig",
     "GclOptions",
@@ -398,10 +263,5 @@ __all__ = [
     "OptimConfig",
     "TrainConfig",
     "TrainOptions",
-    "apply_overrides",
     "config_hash",
-    "load_config",
-    "preset_names",
-    "smoke",
-    "validate_config",
 ]

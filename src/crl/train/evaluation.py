@@ -1,13 +1,16 @@
 """Evaluate a model on a split: encode the deterministic eval views in batches, then the metrics
-of :mod:`crl.eval` (retrieval, geometry, held-out risk, probes)."""
+of :mod:`crl.eval` (retrieval, geometry, held-out risk, probes); and re-evaluate a finished run
+from its directory (:func:`evaluate_run`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from crl.errors import CrlError, CrlValueError
 from crl.eval import (
     alignment,
     heldout_contrastive_risk,
@@ -17,7 +20,11 @@ from crl.eval import (
     uniformity,
 )
 from crl.models import DualEncoder
-from crl.train.config import EvalConfig
+from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, EVAL_FILE, read_json, write_json
+from crl.train.build import build_run
+from crl.train.checkpoint import load_checkpoint
+from crl.train.config import EvalConfig, config_hash
+from crl.train.loading import validate_config
 
 
 def _batches(x: Any, batch_size: int) -> list[Any]:
@@ -107,4 +114,42 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
     return out
 
 
-__all__ = ["encode_split", "evaluate", "probe_features"]
+def evaluate_run(run_dir: str | Path, *, split: str = "test",
+                 device: str | None = None) -> dict[str, float]:
+    """Re-evaluate a run from its ``config.json`` and ``checkpoint.pt``; write ``eval.json``.
+
+    Args:
+        run_dir: A run directory written by :func:`crl.train.fit`.
+        split: ``"test"`` or ``"val"``.
+        device: Where to run (None: the run's ``train.device``).
+
+    Returns:
+        The metrics (also written, with the step and split, to ``eval.json`` atomically).
+
+    Raises:
+        CrlError: if the directory has no config or checkpoint, or they do not match.
+    """
+    run_dir = Path(run_dir)
+    if split not in ("test", "val"):
+        raise CrlValueError(f"evaluate_run: `split` must be 'test' or 'val'; got {split!r}")
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise CrlError(f"evaluate_run: {run_dir} is not a run directory (no {CONFIG_FILE})")
+    stored = read_json(run_dir / CONFIG_FILE)
+    config = validate_config(stored.get("config", {}), str(run_dir / CONFIG_FILE))
+    state = load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=config_hash(config))
+    target = torch.device(device or config.train.device)
+    built = build_run(config, target)
+    built.model.load_state_dict(state["model"])
+    built.objective.load_state_dict(state["objective"])
+    dataset = built.test_ds if split == "test" else built.val_ds
+    if dataset is None:
+        raise CrlValueError(f"evaluate_run: the {split} split has fewer than 2 items")
+    metrics = evaluate(built.model, dataset, config.eval,
+                       temperature=built.objective.temperature(built.model),
+                       train_split=built.train_ds, device=target)
+    write_json(run_dir / EVAL_FILE, {"run_id": config_hash(config), "step": int(state["step"]),
+                                     "split": split, "metrics": metrics})
+    return metrics
+
+
+__all__ = ["encode_split", "evaluate", "evaluate_run", "probe_features"]

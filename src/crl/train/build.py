@@ -1,0 +1,123 @@
+"""What a run is made of, built from its config: data, model, objective, optimiser, schedule.
+
+:func:`build_run` is shared by training (:func:`crl.train.fit`), re-evaluation
+(:func:`crl.train.evaluate_run`) and the studies, so all of them see the same model and objective
+for a config.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.optim import SGD, AdamW, Optimizer
+
+from crl.data import load_data
+from crl.errors import CrlValueError
+from crl.models import DualEncoder, build_model
+from crl.train.config import OptimConfig, TrainConfig
+from crl.train.objective import Objective
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and python's RNGs."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (code that uses the global RNG)
+    random.seed(seed)
+
+
+def build_optimizer(cfg: OptimConfig, params: list[nn.Parameter]) -> Optimizer:
+    """AdamW or SGD over ``params``."""
+    if cfg.name == "adamw":
+        return AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
+    """The learning-rate multiplier at ``step``: linear warm-up, then cosine or constant.
+
+    Example:
+        >>> cfg = OptimConfig(warmup_steps=10, min_lr_ratio=0.0)
+        >>> lr_factor(4, 110, cfg), lr_factor(10, 110, cfg), lr_factor(110, 110, cfg)
+        (0.5, 1.0, 0.0)
+    """
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    span = max(total - cfg.warmup_steps, 1)
+    progress = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def trainable(modules: list[nn.Module]) -> list[nn.Parameter]:
+    """The parameters of ``modules`` that require a gradient, each once, in order."""
+    seen: set[int] = set()
+    params = []
+    for module in modules:
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
+def build_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | None,
+                    epochs: int, num_classes: int | None) -> Objective:
+    """The training objective of a config (the loss, its negatives and its learnable state)."""
+    return Objective(config.loss, config.negatives, num_samples=num_samples, labels=labels,
+                     epochs=epochs, num_classes=num_classes)
+
+
+@dataclass
+class BuiltRun:
+    """The data, model and objective of a config, ready to train or evaluate."""
+
+    splits: Any
+    model: DualEncoder
+    objective: Objective
+    train_ds: Any
+    val_ds: Any | None
+    test_ds: Any | None
+    steps_per_epoch: int
+    total_steps: int
+
+
+def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
+    """Load the data, build the model (seeded by ``train.seed``) and the objective.
+
+    Raises:
+        CrlValueError: if the batch is larger than the training split.
+    """
+    seed_everything(config.train.seed)
+    splits = load_data(config.data)
+    model = build_model(config.model, splits.info).to(device)
+    train_ds = model.prepare(splits.train)
+    val_ds = model.prepare(splits.val) if len(splits.val) >= 2 else None
+    test_ds = model.prepare(splits.test) if len(splits.test) >= 2 else None
+    n = len(train_ds)
+    per_epoch = config.train.steps_per_epoch(n)
+    if per_epoch < 1:
+        raise CrlValueError(f"train.batch_size must be at most the number of training pairs "
+                            f"n = {n}; got {config.train.batch_size}")
+    total = config.train.total_steps(n)
+    objective = build_objective(config, num_samples=n, labels=train_ds.labels,
+                                epochs=math.ceil(total / per_epoch),
+                                num_classes=splits.info.num_classes).to(device)
+    return BuiltRun(splits, model, objective, train_ds, val_ds, test_ds, per_epoch, total)
+
+
+__all__ = [
+    "BuiltRun",
+    "build_objective",
+    "build_optimizer",
+    "build_run",
+    "lr_factor",
+    "seed_everything",
+    "trainable",
+]
