@@ -4,6 +4,11 @@ A checkpoint holds the model, the objective (GCL's ``u`` buffers, SigLIP's scale
 learnable temperatures), the optimiser and scheduler, the RNG states (torch, numpy, python), the
 step, the epoch and the position in it, the config and its hash, and crl's version (nanoGPT's
 ``ckpt.pt`` carries its config the same way). It is written atomically.
+
+A checkpoint holds only tensors and plain values (dicts, lists, tuples, numbers, strings): the
+numpy RNG state is stored as a tensor, not a pickled array. It is read with
+``torch.load(weights_only=True)``, whose unpickler builds nothing else, so a checkpoint from
+someone else's run directory cannot run code; one that asks for anything else is refused.
 """
 
 from __future__ import annotations
@@ -28,16 +33,26 @@ CHECKPOINT_KEYS = ("model", "objective", "optimizer", "scheduler", "rng", "step"
 
 
 def rng_state() -> dict[str, Any]:
-    """The global RNG states of torch, numpy and python."""
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),  # noqa: NPY002
-            "python": random.getstate()}
+    """The global RNG states of torch, numpy and python, as tensors and plain values.
+
+    numpy's legacy state ``(name, key (624,) uint32, pos, has_gauss, cached_gaussian)`` becomes a
+    dict with the key as an int64 tensor; python's ``(version, internal state, gauss_next)`` is
+    a tuple of ints already.
+    """
+    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)  # noqa: NPY002
+    numpy_state = {"name": str(name), "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+                   "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    return {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore the states :func:`rng_state` returned."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
-    random.setstate(state["python"])
+    saved = state["numpy"]
+    np.random.set_state((saved["name"], saved["key"].numpy().astype(np.uint32),  # noqa: NPY002
+                         saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
@@ -61,7 +76,8 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
         The state dict.
 
     Raises:
-        CrlError: if the file is missing, truncated or corrupt, or was written for another config
+        CrlError: if the file is missing, truncated or corrupt, holds anything but tensors and
+            plain values (refused without running any of it), or was written for another config
             or another crl version. Nothing is changed on disk.
     """
     path = Path(path)
@@ -74,18 +90,24 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
             bad = archive.testzip()
         if bad is not None:
             raise ValueError(f"entry {bad} fails its CRC-32 check")
-        # The checkpoint holds numpy and python RNG states, hence weights_only=False; it is a
-        # file this library wrote into the run directory.
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
+        # weights_only=True: the unpickler builds tensors and plain values only, so a file that
+        # asks for anything else (a function to call on load) fails here and nothing runs.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "Unsupported global" not in str(exc):  # a damaged opcode, not a request for code
+            raise _corrupt(path, exc) from None
+        raise CrlError(
+            f"checkpoint {path} holds objects other than tensors and plain values "
+            f"({_unpickler_reason(exc)}); crl reads checkpoints with "
+            "torch.load(weights_only=True) and ran nothing from it: it was not written by crl "
+            "or was tampered with; delete it, or re-create it from a run you trust"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile,
             ValueError, MemoryError, KeyError, AttributeError, ImportError, TypeError,
             UnicodeDecodeError, AssertionError, IndexError) as exc:
         # Unpickling damaged bytes can raise almost anything (a MemoryError for a huge storage
         # size); every one of them means the same thing here.
-        raise CrlError(
-            f"resume: checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to start over"
-        ) from None
+        raise _corrupt(path, exc) from None
     if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
         raise CrlError(f"resume: {path} is not a crl checkpoint (missing keys); delete it to "
                        "start over")
@@ -100,6 +122,21 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
             f"given config {config_hash}; resume with the config in {path.parent / 'config.json'}"
         )
     return state
+
+
+def _corrupt(path: Path, exc: BaseException) -> CrlError:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return CrlError(f"resume: checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
+                    f"{first}); delete it to start over")
+
+
+def _unpickler_reason(exc: BaseException) -> str:
+    """torch's one line naming what the file asked for (``Unsupported global: GLOBAL ...``)."""
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            reason = line.split("WeightsUnpickler error:", 1)[1].strip()
+            return reason.split(" was not an allowed global")[0].split(". Please")[0]
+    return "not loadable with weights_only=True"
 
 
 __all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "rng_state", "save_checkpoint",
