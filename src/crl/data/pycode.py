@@ -4,8 +4,12 @@ View a is the first paragraph of a function's docstring, view b the function's c
 docstring (from the ``def`` line, decorators excluded, cut to ``max_code_chars``). Pairs are mined
 with :mod:`ast` in a deterministic order (root, path, line), deduplicated by content (a pair whose
 docstring, compared case-insensitively, or whose code was already seen is dropped, so no docstring
-can land in two splits), and cached on disk with the roots, package versions and a fingerprint
-of the sources they came from; a cache whose record differs is rebuilt.
+can land in two splits), and cached on disk under a key made of the sources' content: a SHA-256
+of every mined file (its path relative to its root, its bytes), the Python and package versions,
+the options, and each root's label (the package name for the default roots, not where the
+virtual environment lives), so two clones of crl with the same packages share one cache file.
+A cache whose record differs is rebuilt; mining runs under a file lock, so processes that need
+the same missing cache (a study's workers, two studies started together) mine it once.
 
 Dropped as trivial: first paragraphs with fewer than ``min_doc_words`` words or starting with
 "TODO", "FIXME", "XXX", "Alias for", "See ", "Same as" or "Deprecated", and functions whose body
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crl.data.cache import resolve_cache_dir
+from crl.data.cache import locked, resolve_cache_dir
 from crl.data.config import PycodeConfig
 from crl.errors import CrlValueError
 
@@ -204,13 +208,21 @@ def _read_source(path: Path) -> str:
         return f.read()
 
 
-def _fingerprint(files: list[Path]) -> dict[str, int]:
-    size = mtime = 0
-    for path in files:
-        st = path.stat()
-        size += st.st_size
-        mtime = max(mtime, st.st_mtime_ns)
-    return {"files": len(files), "bytes": size, "max_mtime_ns": mtime}
+def _fingerprint(roots: list[tuple[str, Path]], listed: list[list[Path]]) -> dict[str, Any]:
+    """File count, total size and a SHA-256 of the sources' content: each file's path relative
+    to its root and its bytes (about 0.2 s for the 80 MB of the default roots). Nothing about
+    where the roots are, or when the files were written, enters it."""
+    digest = hashlib.sha256()
+    count = size = 0
+    for (label, root), files in zip(roots, listed, strict=True):
+        digest.update(f"root {label}\0".encode())
+        for path in files:
+            data = path.read_bytes()
+            digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+            digest.update(data)
+            count += 1
+            size += len(data)
+    return {"files": count, "bytes": size, "sha256": digest.hexdigest()}
 
 
 def _list_roots(roots: list[tuple[str, Path]], include_tests: bool) -> list[list[Path]]:
@@ -276,7 +288,7 @@ def mine_pairs(roots: list[tuple[str, Path]], *, include_tests: bool = False,
         "format": FORMAT_VERSION,
         "roots": {label: str(root) for label, root in roots},
         "versions": _versions([label for label, _ in roots]),
-        "fingerprint": _fingerprint([p for files in listed for p in files]),
+        "fingerprint": _fingerprint(roots, listed),
         "options": {"include_tests": include_tests, "min_doc_words": min_doc_words,
                     "max_code_chars": max_code_chars},
         "files": total,
@@ -297,15 +309,15 @@ def _resolve_roots(cfg: PycodeConfig) -> list[tuple[str, Path]]:
             for r in cfg.roots]
 
 
-def _cache_file(cfg: PycodeConfig, roots: list[tuple[str, Path]]) -> Path:
-    key = json.dumps({"format": FORMAT_VERSION, "roots": [[lbl, str(p)] for lbl, p in roots],
-                      "include_tests": cfg.include_tests, "min_doc_words": cfg.min_doc_words,
-                      "max_code_chars": cfg.max_code_chars}, sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+def _cache_file(cfg: PycodeConfig, expected: dict[str, Any]) -> Path:
+    """``<cache_dir>/pycode/pairs-<hash of the content key>.jsonl``."""
+    digest = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:16]
     return resolve_cache_dir(cfg.cache_dir) / "pycode" / f"pairs-{digest}.jsonl"
 
 
 def _read_cache(path: Path, expected: dict[str, Any]) -> MinedPairs | None:
+    if not path.is_file():
+        return None
     try:
         with path.open(encoding="utf-8") as f:
             header = json.loads(f.readline())
@@ -319,16 +331,27 @@ def _read_cache(path: Path, expected: dict[str, Any]) -> MinedPairs | None:
     return MinedPairs(pairs, header)
 
 
-#: The pairs last read from the disk cache in this process, keyed by file and provenance.
+def _write_cache(path: Path, mined: MinedPairs) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(json.dumps(mined.provenance) + "\n")
+        for pair in mined.pairs:
+            f.write(json.dumps({"doc": pair.doc, "code": pair.code, "source": pair.source}) + "\n")
+    os.replace(tmp, path)
+
+
+#: The pairs last read from the disk cache in this process, keyed by file and content key.
 _MEMO: dict[tuple[str, str], MinedPairs] = {}
 
 
 def load_pycode_pairs(cfg: PycodeConfig, progress: bool = True) -> MinedPairs:
     """The mined pairs for ``cfg``, from the cache when it matches, else mined and cached.
 
-    The cache (``<cache_dir>/pycode/pairs-<hash of the options>.jsonl``: a header line with the
-    provenance, then one pair per line) is used only when its recorded format, roots, package
-    versions, options and source fingerprint (file count, total size, newest mtime) all match.
+    The cache file (``<cache_dir>/pycode/pairs-<key hash>.jsonl``: a header line with the
+    provenance, then one pair per line) is named by a hash of the format, the roots' labels, the
+    Python and package versions, the options and the content fingerprint, and is used only when
+    its header records the same. A missing cache is mined under an exclusive lock on
+    ``pairs-<key hash>.lock``; a process that waited for the lock reads what the holder wrote.
 
     Raises:
         CrlValueError: if a root is not a directory or holds no Python files.
@@ -337,30 +360,31 @@ def load_pycode_pairs(cfg: PycodeConfig, progress: bool = True) -> MinedPairs:
     listed = _list_roots(roots, cfg.include_tests)
     expected = {
         "format": FORMAT_VERSION,
-        "roots": {label: str(root) for label, root in roots},
+        "labels": [label for label, _ in roots],
         "versions": _versions([label for label, _ in roots]),
-        "fingerprint": _fingerprint([p for files in listed for p in files]),
+        "fingerprint": _fingerprint(roots, listed),
         "options": {"include_tests": cfg.include_tests, "min_doc_words": cfg.min_doc_words,
                     "max_code_chars": cfg.max_code_chars},
     }
-    path = _cache_file(cfg, roots)
+    path = _cache_file(cfg, expected)
     memo_key = (str(path), json.dumps(expected, sort_keys=True))
     if memo_key in _MEMO:  # a study runs many configs in one worker process
         return _MEMO[memo_key]
-    cached = _read_cache(path, expected) if path.is_file() else None
-    if cached is not None:
-        cached.provenance["cache"] = str(path)
-        _MEMO.clear()
-        _MEMO[memo_key] = cached
-        return cached
-    mined = mine_pairs(roots, include_tests=cfg.include_tests, min_doc_words=cfg.min_doc_words,
-                       max_code_chars=cfg.max_code_chars, progress=progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(mined.provenance) + "\n")
-        for pair in mined.pairs:
-            f.write(json.dumps({"doc": pair.doc, "code": pair.code, "source": pair.source}) + "\n")
-    os.replace(tmp, path)
-    mined.provenance["cache"] = str(path)
-    return mined
+    cached = _read_cache(path, expected)
+    if cached is None:
+        with locked(path.with_suffix(".lock")):
+            cached = _read_cache(path, expected)  # written while this process waited
+            if cached is None:
+                mined = mine_pairs(roots, include_tests=cfg.include_tests,
+                                   min_doc_words=cfg.min_doc_words,
+                                   max_code_chars=cfg.max_code_chars, progress=progress)
+                mined.provenance["labels"] = expected["labels"]
+                _write_cache(path, mined)
+                mined.provenance["cache"] = str(path)
+                return mined
+    # The roots of this installation, not of the process that wrote the cache.
+    cached.provenance["roots"] = {label: str(root) for label, root in roots}
+    cached.provenance["cache"] = str(path)
+    _MEMO.clear()
+    _MEMO[memo_key] = cached
+    return cached

@@ -26,6 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from crl.data.cache import prepare_data_caches
 from crl.errors import CrlError, CrlValueError
 from crl.experiments.study import RunSpec, Study
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
@@ -144,6 +145,9 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
     pending = [s for s in unique if not _is_done(study_dir / s.run_id)]
     outcome = StudyOutcome(study_dir, total=len(unique), skipped=len(unique) - len(pending),
                            completed=0)
+    # A missing data cache (mined pycode pairs) is filled once here, not by every worker.
+    prepare_data_caches([s.config["data"] for s in pending
+                         if isinstance(s.config.get("data"), dict)], progress=progress)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset})"), BarColumn(),
                MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
