@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import typer
@@ -25,6 +27,24 @@ def _print_summary(summary: dict[str, object], run_dir: Path) -> None:
     Console().print(table)
 
 
+def without_nproc(argv: Sequence[str]) -> list[str]:
+    """The command line after the program name, less ``--nproc N`` / ``--nproc=N``: what each
+    torchrun process runs, so every other option is forwarded unchanged.
+
+    Example:
+        >>> without_nproc(["crl", "train", "x.yaml", "--nproc", "2", "--set", "a=1"])
+        ['train', 'x.yaml', '--set', 'a=1']
+    """
+    out: list[str] = []
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--nproc":
+            next(args, None)
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
+
+
 @app.command("train")
 @handle_errors
 def train(
@@ -36,6 +56,16 @@ def train(
     out: Path = typer.Option(Path("runs"), "--out", help="Parent of the run directory."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
     device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: config)."),
+    micro_batch_size: int | None = typer.Option(
+        None, "--micro-batch-size", min=1,
+        help="Gradient caching (train.micro_batch_size): embed each batch in micro-batches of "
+             "this size, then back-propagate the full batch's loss through them; the same loss "
+             "and gradients, activation memory of this many pairs, about one extra forward pass "
+             "of time (docs/training.md)."),
+    precision: str | None = typer.Option(
+        None, "--precision",
+        help="fp32 or bf16 (train.precision): bf16 runs the towers under bfloat16 autocast; the "
+             "loss and the logit scale stay float32 (docs/training.md)."),
     tensorboard: bool = typer.Option(False, "--tensorboard",
                                      help="Also write TensorBoard event files."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
@@ -45,27 +75,25 @@ def train(
     """Train a dual encoder and write OUT/<name>-<config hash>/ (config, metrics, checkpoint,
     summary).
 
+    Large batches at bounded memory (docs/training.md): --micro-batch-size K (gradient caching),
+    --precision bf16, and for transformer towers --set model.gradient_checkpointing=true.
+
     Example: crl train digits-simclr --set train.steps=500 --out runs
     """
     from crl import distributed
     from crl.train import config_hash, fit, load_config, smoke_config
 
-    if nproc > 1:  # the same command under torchrun, without --nproc
-        args = ["train", config, *[a for o in overrides for a in ("--set", o)],
-                "--out", str(out), *(["--smoke"] if smoke else []),
-                *(["--resume"] if resume else []), *(["--device", device] if device else []),
-                *(["--tensorboard"] if tensorboard else []), "--progress" if progress
-                else "--no-progress"]
-        raise typer.Exit(distributed.launch(nproc, args))
-    if device is not None:
-        overrides = [*overrides, f"train.device={device}"]
+    if nproc > 1:  # the same command line under torchrun, less --nproc
+        raise typer.Exit(distributed.launch(nproc, without_nproc(sys.argv)))
+    options = {"train.device": device, "train.micro_batch_size": micro_batch_size,
+               "train.precision": precision}
+    overrides = [*overrides, *(f"{k}={v}" for k, v in options.items() if v is not None)]
     cfg = load_config(config, overrides)
     if smoke:
         cfg = smoke_config(cfg)
     name = Path(config).stem if Path(config).is_file() else config
     run_dir = out / f"{name}-{config_hash(cfg)}"
-    under_torchrun = distributed.init_from_env(cfg.train.device)
-    try:
+    try:  # fit joins the process group under torchrun
         result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
     except BaseException:
         distributed.shutdown(wait=False)
@@ -73,6 +101,7 @@ def train(
     if distributed.is_main():
         _print_summary(result.summary, run_dir)
         print(f"run directory: {run_dir}")
+    under_torchrun = distributed.is_active()
     distributed.shutdown()
     if under_torchrun:
         distributed.finish(0)  # no interpreter teardown after the process group (see there)
