@@ -2,6 +2,11 @@
 
 Each returns a :class:`ProbeResult` with accuracy and balanced accuracy (the mean of per-class
 recalls, which does not reward predicting the majority class under class imbalance).
+
+Ties count against the true class, as in :mod:`crl.eval.retrieval` (docs/theory.md §11):
+an item of zero-shot or of the kNN vote is correct only when its class scores strictly above
+every other class, so a collapsed encoder (all classes scored alike) is right for no item,
+instead of for every item of class 0 as ``argmax`` would have it.
 """
 
 from __future__ import annotations
@@ -73,6 +78,31 @@ def accuracy_scores(predicted: Tensor, target: Tensor) -> ProbeResult:
     return ProbeResult(float(correct.mean()), float(np.mean(recalls)))
 
 
+def pessimistic_predictions(scores: Tensor, target: Tensor) -> Tensor:
+    """Each row's predicted class, with ties counted against the true class.
+
+    The prediction is ``target[i]`` when its score is strictly the largest of row ``i``;
+    otherwise it is the best-scoring other class (the first one, by index, among equals), so
+    an exact tie with another class is a miss.
+
+    Args:
+        scores: ``(M, C)`` class scores.
+        target: ``(M,)`` true classes in ``[0, C)``.
+
+    Returns:
+        ``(M,)`` int64 predicted classes.
+
+    Example:
+        >>> pessimistic_predictions(torch.tensor([[1.0, 1.0], [2.0, 1.0]]), torch.tensor([0, 0]))
+        tensor([1, 0])
+    """
+    target = target.long()
+    own = scores.gather(1, target[:, None])  # (M, 1)
+    others = scores.scatter(1, target[:, None], float("-inf"))  # (M, C), the true class masked
+    best_other, other_class = others.max(dim=1)
+    return torch.where(own[:, 0] > best_other, target, other_class)
+
+
 def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
                  c: float = 1.0, max_iter: int = 2000) -> ProbeResult:
     """Multinomial logistic regression (scikit-learn, L-BFGS) on standardised frozen features.
@@ -118,8 +148,8 @@ def knn_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, 
     """Weighted k-nearest-neighbour classifier on cosine similarity (Wu et al. 2018).
 
     Each of the ``k`` most similar training items votes for its class with weight
-    ``exp(cos / temperature)``; ties in the vote go to the smaller class id. Test items are
-    processed in blocks of ``block_size`` rows.
+    ``exp(cos / temperature)``; a tie in the vote counts against the true class
+    (:func:`pessimistic_predictions`). Test items are processed in blocks of ``block_size`` rows.
 
     Args:
         train_x: ``(N, D)`` training features.
@@ -154,14 +184,16 @@ def knn_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, 
         top, idx = sims.topk(k, dim=1)  # (Q, k)
         votes = torch.zeros(sims.shape[0], num_classes, dtype=torch.float64)
         votes.scatter_add_(1, train_y[idx], torch.exp((top - 1.0) / temperature))
-        predicted[start:start + block_size] = votes.argmax(dim=1)
+        predicted[start:start + block_size] = pessimistic_predictions(
+            votes, test_y[start:start + block_size])
     return accuracy_scores(predicted, test_y)
 
 
 def zero_shot(features: Tensor, class_embeddings: Tensor, labels: Tensor) -> ProbeResult:
     """Zero-shot classification: each item takes the class whose prompt embedding is the most
     cosine-similar (CLIP; the class embeddings come from the text tower on prompts such as
-    ``"a photo of a {class}"``).
+    ``"a photo of a {class}"``); a tie with the true class counts as a miss
+    (:func:`pessimistic_predictions`).
 
     Args:
         features: ``(M, D)`` item embeddings.
@@ -175,6 +207,8 @@ def zero_shot(features: Tensor, class_embeddings: Tensor, labels: Tensor) -> Pro
         >>> f = torch.tensor([[1.0, 0.2], [0.1, 1.0]])
         >>> zero_shot(f, torch.eye(2), torch.tensor([0, 1]))
         ProbeResult(accuracy=1.0, balanced_accuracy=1.0)
+        >>> zero_shot(f, torch.ones(2, 2), torch.tensor([0, 1]))  # all classes alike: no credit
+        ProbeResult(accuracy=0.0, balanced_accuracy=0.0)
     """
     where = "zero_shot"
     features = check_tensor(where, "features", features, ndim=2).detach().cpu()
@@ -189,7 +223,8 @@ def zero_shot(features: Tensor, class_embeddings: Tensor, labels: Tensor) -> Pro
         raise CrlValueError(f"{where}: `labels` must be < {classes.shape[0]} (one class "
                             f"embedding per class); got {int(labels.max())}")
     sims = F.normalize(features.double(), dim=1) @ F.normalize(classes.double(), dim=1).T
-    return accuracy_scores(sims.argmax(dim=1), labels)
+    return accuracy_scores(pessimistic_predictions(sims, labels), labels)
 
 
-__all__ = ["ProbeResult", "accuracy_scores", "knn_probe", "linear_probe", "zero_shot"]
+__all__ = ["ProbeResult", "accuracy_scores", "knn_probe", "linear_probe",
+           "pessimistic_predictions", "zero_shot"]
