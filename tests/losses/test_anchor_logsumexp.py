@@ -1,5 +1,6 @@
 """``anchor_logsumexp``: some anchors (a rank's local rows) against all candidates, the positive
-of anchor i at column ``offset + i``; the plain and the tiled path against a loop reference."""
+of anchor i at column ``offset + i``, optional extra (hard-negative) candidates of each anchor;
+the plain and the tiled path against a loop reference."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from loss_reference import ref_logsumexp
 from torch import Tensor
 
 from crl.errors import CrlTypeError, CrlValueError
-from crl.losses import info_nce
-from crl.losses.tiled import anchor_logsumexp
+from crl.losses import anchor_logsumexp, info_nce
 from crl.negatives import NegativeSets
 
 
 def _reference(anchors: Tensor, candidates: Tensor, scale: Tensor, offset: int,
-               include_positive: bool, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Loops over anchors and candidates, straight from the definition."""
+               include_positive: bool, mask: Tensor | None, extra: Tensor | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """Loops over anchors and candidates, straight from the definition; anchor ``i``'s extra
+    candidates are ``extra[i]``."""
     lses, positives, counts = [], [], []
     for i in range(anchors.shape[0]):
         s_i = scale[i] if scale.dim() == 1 else scale
@@ -28,6 +30,8 @@ def _reference(anchors: Tensor, candidates: Tensor, scale: Tensor, offset: int,
         chosen = [logit[j] for j in range(candidates.shape[0])
                   if (j == offset + i and include_positive)
                   or (j != offset + i and (mask is None or bool(mask[i, j])))]
+        if extra is not None:
+            chosen += [s_i * (anchors[i] * extra[i, k]).sum() for k in range(extra.shape[1])]
         lses.append(ref_logsumexp(chosen) if chosen else torch.tensor(-math.inf,
                                                                         dtype=torch.float64))
         positives.append(logit[offset + i])
@@ -140,3 +144,67 @@ def test_bad_input_names_the_argument() -> None:
         anchor_logsumexp(anchors, candidates, 0.0)
     with pytest.raises(CrlValueError, match="anchors"):
         anchor_logsumexp(anchors.fill_(math.nan), candidates, 1.0)
+
+
+@pytest.mark.parametrize("block_size", [None, 2, 64])
+@pytest.mark.parametrize("include_positive", [True, False])
+@pytest.mark.parametrize("masked", [False, True])
+def test_extra_candidates_equal_the_loop_reference(block_size: int | None,
+                                                   include_positive: bool, masked: bool) -> None:
+    """Each anchor's hard negatives ``extra[i] (H, D)`` enter its own log-sum-exp and count,
+    never another anchor's; gradients reach ``extra``, the embeddings and the scale."""
+    h, width, hard, offset = 4, 9, 3, 2
+    anchors, candidates = _case(7 + masked, h, width)
+    extra = torch.randn(h, hard, 5, generator=torch.Generator().manual_seed(3),
+                        dtype=torch.float64)
+    mask = torch.rand(h, width, generator=torch.Generator().manual_seed(1)) < 0.5 \
+        if masked else None
+    if mask is not None:
+        mask[1] = False  # no in-batch negative: the extra candidates are all it has
+    scale = torch.tensor([0.5, 2.0, 3.0, 7.0], dtype=torch.float64)
+    got_inputs = [x.clone().requires_grad_(True) for x in (anchors, candidates, extra, scale)]
+    out = anchor_logsumexp(got_inputs[0], got_inputs[1], got_inputs[3], offset=offset,
+                           include_positive=include_positive, negatives_mask=mask,
+                           block_size=block_size, extra=got_inputs[2])
+    ref_inputs = [x.clone().requires_grad_(True) for x in (anchors, candidates, extra, scale)]
+    lse, positive, counts = _reference(ref_inputs[0], ref_inputs[1], ref_inputs[3], offset,
+                                       include_positive, mask, ref_inputs[2])
+    assert torch.equal(out.counts, counts)
+    torch.testing.assert_close(out.lse, lse.detach(), rtol=1e-12, atol=1e-12)
+    weights = torch.linspace(0.5, 1.5, h, dtype=torch.float64)
+    got = torch.autograd.grad((weights * (out.lse - 0.7 * out.positive)).sum(), got_inputs)
+    want = torch.autograd.grad((weights * (lse - 0.7 * positive)).sum(), ref_inputs)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    # anchor 0's extra candidates move anchor 0's log-sum-exp only
+    moved = extra.clone()
+    moved[0] += 1.0
+    again = anchor_logsumexp(anchors, candidates, scale, offset=offset,
+                             include_positive=include_positive, negatives_mask=mask,
+                             block_size=block_size, extra=moved)
+    assert float((again.lse[0] - out.lse[0].detach()).abs()) > 1e-3
+    torch.testing.assert_close(again.lse[1:], out.lse[1:].detach(), rtol=0.0, atol=0.0)
+
+
+@pytest.mark.parametrize("block_size", [None, 2])
+def test_gradcheck_with_extra_candidates(block_size: int | None) -> None:
+    anchors, candidates = _case(11, 3, 6)
+    extra = torch.randn(3, 2, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    scale = torch.tensor(1.5, dtype=torch.float64)
+    mask = torch.tensor([[True, False, True, True, False, True]] * 3)
+
+    def loss(a: Tensor, c: Tensor, e: Tensor, s: Tensor) -> Tensor:
+        out = anchor_logsumexp(a, c, s, offset=1, negatives_mask=mask, extra=e,
+                               block_size=block_size)
+        return (out.lse - out.positive).sum()
+
+    inputs = tuple(x.clone().requires_grad_(True) for x in (anchors, candidates, extra, scale))
+    assert torch.autograd.gradcheck(loss, inputs)
+
+
+def test_bad_extra_names_the_argument() -> None:
+    anchors, candidates = _case(0, 3, 5)
+    with pytest.raises(CrlValueError, match=r"`extra` must have shape \(h, H, D\) = \(3, H, 5\)"):
+        anchor_logsumexp(anchors, candidates, 1.0, extra=torch.zeros(2, 1, 5, dtype=torch.float64))
+    with pytest.raises(CrlValueError, match="extra"):
+        anchor_logsumexp(anchors, candidates, 1.0, extra=torch.zeros(3, 5, dtype=torch.float64))

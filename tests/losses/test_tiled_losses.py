@@ -1,8 +1,10 @@
 """The tiled losses equal the plain ones (value and every gradient), and their inputs are checked.
 
 The plain losses of ``crl.losses.infonce`` are themselves tested against the float64 loop
-references (``test_losses_parity.py``); here the tiled path is compared with them, and the masked
-row log-sum-exp with a dense formula written from THEORY.md section 3.
+references (``test_losses_parity.py``); here ``info_nce`` / ``clip_loss`` with a ``block_size``
+(the tiled kernel) are compared with them, the negatives-only log-sum-exp of
+:func:`crl.losses.anchor_logsumexp` with a dense formula written from docs/theory.md §3, and
+bfloat16 inputs (bf16 products, float32 reductions) with float64.
 """
 
 from __future__ import annotations
@@ -19,14 +21,8 @@ from torch import Tensor
 
 import crl.losses.tiled as tiled_module
 from crl.errors import CrlTypeError, CrlValueError
-from crl.losses import (
-    TileMask,
-    clip_loss,
-    info_nce,
-    tiled_clip_loss,
-    tiled_info_nce,
-    tiled_masked_row_logsumexp,
-)
+from crl.losses import TileMask, anchor_logsumexp, clip_loss, info_nce
+from crl.losses._tile_math import tile_logsumexps
 from crl.negatives import NegativeSets
 
 F32 = {"rtol": 1e-5}
@@ -68,10 +64,11 @@ def _losses_and_grads(fn, a: Tensor, b: Tensor, t: Tensor) -> list[Tensor]:  # t
 
 @pytest.mark.parametrize(("dtype", "rtol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
 @pytest.mark.parametrize("symmetric", [False, True])
-@pytest.mark.parametrize("mask_kind", ["none", "dense", "object"])
+@pytest.mark.parametrize("mask_kind", ["none", "dense", "object", "object_per_tile"])
 @pytest.mark.parametrize("temperature", [0.005, 0.3])
 def test_tiled_info_nce_equals_plain(dtype: torch.dtype, rtol: float, symmetric: bool,
-                                     mask_kind: str, temperature: float) -> None:
+                                     mask_kind: str, temperature: float,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     batch, block = 53, 16  # 53 = 3 * 16 + 5: the last row and column tiles are partial
     a, b = _pair(batch, 12, dtype, seed=3)
     tau = torch.tensor(temperature, dtype=dtype, requires_grad=True)
@@ -79,18 +76,22 @@ def test_tiled_info_nce_equals_plain(dtype: torch.dtype, rtol: float, symmetric:
     index = torch.randperm(batch, generator=torch.Generator().manual_seed(1)) + 100
     dense = hashed.mask(index, index)
     plain_mask = None if mask_kind == "none" else dense
-    tiled_mask = {"none": None, "dense": dense, "object": hashed}[mask_kind]
+    tiled_mask = {"none": None, "dense": dense}.get(mask_kind, hashed)
+    if mask_kind == "object_per_tile":  # never made dense: asked for every tile and pass
+        monkeypatch.setattr(tiled_module, "DENSE_MASK_MAX_ENTRIES", 0)
 
     want = _losses_and_grads(
         lambda x, y, t: info_nce(x, y, temperature=t, symmetric=symmetric,
                                  negatives_mask=plain_mask), a, b, tau)
     got = _losses_and_grads(
-        lambda x, y, t: tiled_info_nce(x, y, temperature=t, symmetric=symmetric,
-                                       negatives_mask=tiled_mask, index=index,
-                                       block_size=block), a, b, tau)
+        lambda x, y, t: info_nce(x, y, temperature=t, symmetric=symmetric,
+                                 negatives_mask=tiled_mask, index=index,
+                                 block_size=block), a, b, tau)
     for g, w in zip(got, want, strict=True):
         _assert_same(g, w, rtol)
     if mask_kind == "object":
+        assert hashed.calls == 1 + 1  # made dense once for forward and backward, + `dense`
+    if mask_kind == "object_per_tile":
         assert hashed.calls == 2 * 4 * 4 + 1  # forward + backward over 4 x 4 tiles, + `dense`
 
 
@@ -100,8 +101,7 @@ def test_tiled_clip_loss_equals_plain(dtype: torch.dtype, rtol: float, block: in
     a, b = _pair(40, 8, dtype, seed=block)
     scale = torch.tensor(1 / 0.005, dtype=dtype, requires_grad=True)
     want = _losses_and_grads(lambda x, y, s: clip_loss(x, y, s), a, b, scale)
-    got = _losses_and_grads(lambda x, y, s: tiled_clip_loss(x, y, s, block_size=block),
-                            a, b, scale)
+    got = _losses_and_grads(lambda x, y, s: clip_loss(x, y, s, block_size=block), a, b, scale)
     for g, w in zip(got, want, strict=True):
         _assert_same(g, w, rtol)
 
@@ -109,8 +109,7 @@ def test_tiled_clip_loss_equals_plain(dtype: torch.dtype, rtol: float, block: in
 def test_tiled_info_nce_matches_the_loop_reference() -> None:
     a, b = _pair(9, 4, torch.float64, seed=5)
     mask = HashMask().mask(torch.arange(9), torch.arange(9))
-    got = tiled_info_nce(a, b, temperature=0.2, symmetric=True, negatives_mask=mask,
-                         block_size=4)
+    got = info_nce(a, b, temperature=0.2, symmetric=True, negatives_mask=mask, block_size=4)
     want = ref_info_nce(a, b, 0.2, symmetric=True, negatives_mask=mask)
     torch.testing.assert_close(got, want, **F64, atol=1e-12)
 
@@ -137,52 +136,51 @@ def _ref_negative_lse(a: Tensor, b: Tensor, scale: Tensor, mask: Tensor) -> Tens
 
 
 @pytest.mark.parametrize("per_anchor_scale", [False, True])
-def test_masked_row_logsumexp_equals_formula(per_anchor_scale: bool) -> None:
+@pytest.mark.parametrize("direction", ["a2b", "b2a"])
+def test_negatives_only_logsumexp_equals_formula(per_anchor_scale: bool, direction: str) -> None:
     batch = 23
     a, b = _pair(batch, 5, torch.float64, seed=11)
     gen = torch.Generator().manual_seed(4)
     mask = torch.rand(batch, batch, generator=gen) < 0.3
     mask[3] = False  # an anchor with no negative: -inf, count 0
+    if direction == "b2a":  # the other direction of GCL: candidate j as the anchor
+        a, b, mask = b, a, mask.T.contiguous()
+        mask[3] = False
     if per_anchor_scale:
         scale = (1.0 + 30 * torch.rand(batch, generator=gen, dtype=torch.float64))
     else:
         scale = torch.tensor(50.0, dtype=torch.float64)
     scale.requires_grad_(True)
-    out = tiled_masked_row_logsumexp(a, b, scale, negatives_mask=mask, block_size=6,
-                                     columns=not per_anchor_scale)
+    out = anchor_logsumexp(a, b, scale, include_positive=False, negatives_mask=mask,
+                           block_size=6)
+    rows = out.lse - out.positive
     want = _ref_negative_lse(a, b, scale, mask)
-    torch.testing.assert_close(out.rows, want, **F64, atol=0.0)
-    assert out.row_counts.tolist() == (mask & ~torch.eye(batch, dtype=torch.bool)).sum(1).tolist()
-    assert out.rows[3] == -math.inf
+    torch.testing.assert_close(rows, want, **F64, atol=1e-13)
+    assert out.counts.tolist() == (mask & ~torch.eye(batch, dtype=torch.bool)).sum(1).tolist()
+    assert out.lse[3] == -math.inf
     finite = torch.isfinite(want)
     weights = torch.linspace(0.5, 2.0, batch, dtype=torch.float64)[finite]
-    got_grads = torch.autograd.grad((out.rows[finite] * weights).sum(), (a, b, scale))
+    got_grads = torch.autograd.grad((rows[finite] * weights).sum(), (a, b, scale))
     want_grads = torch.autograd.grad((want[finite] * weights).sum(), (a, b, scale))
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, **F64, atol=1e-12)
-    if not per_anchor_scale:
-        assert out.cols is not None and out.col_counts is not None
-        want_cols = _ref_negative_lse(b, a, scale, mask.T)
-        torch.testing.assert_close(out.cols, want_cols, **F64, atol=0.0)
-        col_negatives = mask.T & ~torch.eye(batch, dtype=torch.bool)
-        assert out.col_counts.tolist() == col_negatives.sum(1).tolist()
 
 
-def test_masked_row_logsumexp_default_negatives_and_tile_mask() -> None:
+def test_negatives_only_default_negatives_and_tile_mask() -> None:
     a, b = _pair(17, 4, torch.float32, seed=2)
-    out = tiled_masked_row_logsumexp(a, b, 20.0, block_size=5)
+    out = anchor_logsumexp(a, b, 20.0, include_positive=False, block_size=5)
     want = _ref_negative_lse(a.double(), b.double(), torch.tensor(20.0, dtype=torch.float64),
                              torch.ones(17, 17, dtype=torch.bool))
-    torch.testing.assert_close(out.rows.double(), want, rtol=1e-5, atol=1e-5)
-    assert out.row_counts.tolist() == [16] * 17 and out.cols is None
+    torch.testing.assert_close((out.lse - out.positive).double(), want, rtol=1e-5, atol=1e-5)
+    assert out.counts.tolist() == [16] * 17
     hashed = HashMask()
     index = torch.arange(17) * 3
-    by_object = tiled_masked_row_logsumexp(a, b, 20.0, negatives_mask=hashed, index=index,
-                                           block_size=5)
-    by_dense = tiled_masked_row_logsumexp(a, b, 20.0, negatives_mask=hashed.mask(index, index),
-                                          block_size=5)
-    torch.testing.assert_close(by_object.rows, by_dense.rows, rtol=0.0, atol=0.0)
-    assert torch.equal(by_object.row_counts, by_dense.row_counts)
+    by_object = anchor_logsumexp(a, b, 20.0, include_positive=False, negatives_mask=hashed,
+                                 anchor_index=index, candidate_index=index, block_size=5)
+    by_dense = anchor_logsumexp(a, b, 20.0, include_positive=False,
+                                negatives_mask=hashed.mask(index, index), block_size=5)
+    torch.testing.assert_close(by_object.lse, by_dense.lse, rtol=0.0, atol=0.0)
+    assert torch.equal(by_object.counts, by_dense.counts)
 
 
 def test_gradcheck_tiled_float64() -> None:
@@ -191,13 +189,12 @@ def test_gradcheck_tiled_float64() -> None:
     mask = HashMask().mask(torch.arange(7), torch.arange(7))
 
     def loss(x: Tensor, y: Tensor, t: Tensor) -> Tensor:
-        return tiled_info_nce(x, y, temperature=t, symmetric=True, negatives_mask=mask,
-                              block_size=3)
+        return info_nce(x, y, temperature=t, symmetric=True, negatives_mask=mask, block_size=3)
 
     def lse(x: Tensor, y: Tensor, t: Tensor) -> Tensor:
-        out = tiled_masked_row_logsumexp(x, y, 1 / t, columns=True, block_size=2)
-        assert out.cols is not None
-        return out.rows.sum() + 2 * out.cols.sum()
+        rows = anchor_logsumexp(x, y, 1 / t, include_positive=False, block_size=2)
+        cols = anchor_logsumexp(y, x, 1 / t, include_positive=False, block_size=2)
+        return (rows.lse - rows.positive).sum() + 2 * (cols.lse - cols.positive).sum()
 
     assert torch.autograd.gradcheck(loss, (a, b, tau))
     assert torch.autograd.gradcheck(lse, (a, b, tau))
@@ -227,20 +224,85 @@ def test_block_size_none_dispatch_gives_the_same_result(monkeypatch: pytest.Monk
 def test_tiled_result_does_not_depend_on_the_block(batch: int, block: int, symmetric: bool,
                                                    seed: int) -> None:
     a, b = _pair(batch, 3, torch.float64, seed=seed)
-    whole = tiled_info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=batch)
-    tiles = tiled_info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=block)
+    whole = info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=batch)
+    tiles = info_nce(a, b, temperature=0.05, symmetric=symmetric, block_size=block)
     torch.testing.assert_close(tiles, whole, **F64, atol=1e-12)
 
 
-def test_half_precision_inputs_are_computed_in_float32() -> None:
-    a, b = _pair(20, 8, torch.float32, seed=1)
-    a16, b16 = a.detach().bfloat16().requires_grad_(), b.detach().bfloat16().requires_grad_()
-    loss = tiled_clip_loss(a16, b16, 10.0, block_size=8)
+# ----------------------------------------------------------------------------- bfloat16
+
+
+def _bf16_reference(a: Tensor, b: Tensor, scale: float, symmetric: bool) -> Tensor:
+    """The loss the bf16 kernel computes, in float64 but for its one rounding: every product
+    ``(scale * a_i) . b_j`` rounded to bfloat16, all the rest exact."""
+    a_s = (a.detach().double() * scale).bfloat16().double()
+    logits = (a_s @ b.detach().double().T).bfloat16().double()  # (B, B)
+    target = torch.arange(a.shape[0])
+    loss = F.cross_entropy(logits, target)
+    return 0.5 * (loss + F.cross_entropy(logits.T, target)) if symmetric else loss
+
+
+@pytest.mark.parametrize("temperature", [0.05, 0.005])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_bf16_products_with_float32_reductions(temperature: float, symmetric: bool) -> None:
+    """bf16 embeddings: the tile products are bf16 (the result matches float64 on bf16-rounded
+    products to float32 accuracy, which a float32 product would not) and everything else is
+    float32; the loss is within 1e-2 of float64 on the unrounded inputs, gradients have cosine
+    >= 0.999 with float64's and come back in bfloat16."""
+    a64, b64 = _pair(96, 16, torch.float64, seed=7)
+    a, b = (x.detach().bfloat16().requires_grad_(True) for x in (a64, b64))
+    loss = info_nce(a, b, temperature=temperature, symmetric=symmetric, block_size=40)
     assert loss.dtype == torch.float32
-    loss.backward()
-    assert a16.grad is not None and a16.grad.dtype == torch.bfloat16
-    want = clip_loss(a16.detach().float(), b16.detach().float(), 10.0)
-    torch.testing.assert_close(loss.detach(), want, rtol=1e-5, atol=0.0)
+    grad_a, grad_b = torch.autograd.grad(loss, (a, b))
+    assert grad_a.dtype == grad_b.dtype == torch.bfloat16
+    rounded = _bf16_reference(a, b, 1 / temperature, symmetric)
+    assert float(loss.detach()) == pytest.approx(float(rounded), rel=1e-4)
+    upcast = info_nce(a.detach().double(), b.detach().double(), temperature=temperature,
+                      symmetric=symmetric)
+    assert abs(float(upcast) - float(rounded)) > 10 * abs(float(loss.detach()) - float(rounded))
+    exact = info_nce(a64, b64, temperature=temperature, symmetric=symmetric)
+    assert float(loss.detach()) == pytest.approx(float(exact.detach()), rel=1e-2)
+    for got, want in zip((grad_a, grad_b), torch.autograd.grad(exact, (a64, b64)), strict=True):
+        assert float(F.cosine_similarity(got.double().flatten(), want.flatten(), dim=0)) >= 0.999
+
+
+def test_bf16_anchor_logsumexp_with_masks_extra_and_learnable_scale() -> None:
+    a64, b64 = _pair(40, 8, torch.float64, seed=3)
+    hard64 = F.normalize(torch.randn(40, 3, 8, generator=torch.Generator().manual_seed(1),
+                                     dtype=torch.float64), dim=2).requires_grad_(True)
+    mask = HashMask().mask(torch.arange(40), torch.arange(40))
+    scale64 = torch.tensor(20.0, dtype=torch.float64, requires_grad=True)
+
+    def loss(a: Tensor, b: Tensor, hard: Tensor, scale: Tensor, block: int | None) -> Tensor:
+        out = anchor_logsumexp(a[10:30], b, scale, offset=10, negatives_mask=mask[10:30],
+                               extra=hard[10:30], block_size=block)
+        return (out.lse - out.positive).mean()
+
+    exact = loss(a64, b64, hard64, scale64, None)
+    want = torch.autograd.grad(exact, (a64, b64, hard64, scale64))
+    for block in (None, 7):
+        inputs = [x.detach().bfloat16().requires_grad_(True) for x in (a64, b64, hard64)]
+        scale = scale64.detach().float().requires_grad_(True)
+        value = loss(*inputs, scale, block)
+        assert value.dtype == torch.float32
+        got = torch.autograd.grad(value, (*inputs, scale))
+        assert [g.dtype for g in got] == [torch.bfloat16] * 3 + [torch.float32]
+        assert float(value.detach()) == pytest.approx(float(exact.detach()), rel=1e-2)
+        for g, w in zip(got, want, strict=True):
+            assert float(F.cosine_similarity(g.double().flatten(), w.flatten(), dim=0)) >= 0.999
+
+
+def test_bf16_under_autocast_keeps_float32_reductions() -> None:
+    """float32 embeddings under bf16 autocast: the plain and tiled paths agree, in float32."""
+    a, b = _pair(50, 8, torch.float32, seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = anchor_logsumexp(a, b, 50.0)
+        tiled = anchor_logsumexp(a, b, 50.0, block_size=16)
+    assert plain.lse.dtype == tiled.lse.dtype == torch.float32
+    torch.testing.assert_close(tiled.lse, plain.lse, rtol=1e-2, atol=0.0)
+
+
+# ----------------------------------------------------------------------------- bad input
 
 
 @pytest.mark.parametrize("bad", [0, -3])
@@ -248,7 +310,7 @@ def test_bad_block_size_values(bad: int) -> None:
     a, b = _pair(6, 2, torch.float32, seed=0)
     for call in (lambda: info_nce(a, b, block_size=bad),
                  lambda: clip_loss(a, b, 2.0, block_size=bad),
-                 lambda: tiled_masked_row_logsumexp(a, b, 2.0, block_size=bad)):
+                 lambda: anchor_logsumexp(a, b, 2.0, block_size=bad)):
         with pytest.raises(CrlValueError, match=rf"block_size.*>= 1.*got {bad}"):
             call()
 
@@ -257,24 +319,28 @@ def test_bad_block_size_values(bad: int) -> None:
 def test_bad_block_size_types(bad: object) -> None:
     a, b = _pair(6, 2, torch.float32, seed=0)
     with pytest.raises(CrlTypeError, match=r"block_size.*integer"):
-        tiled_info_nce(a, b, block_size=bad)  # type: ignore[arg-type]
+        info_nce(a, b, block_size=bad)  # type: ignore[arg-type]
     with pytest.raises(CrlTypeError, match=r"block_size.*integer"):
         clip_loss(a, b, 1.0, block_size=bad)  # type: ignore[arg-type]
 
 
-def test_bad_masks_and_indices() -> None:
+def test_bad_masks_and_indices(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = _pair(6, 2, torch.float32, seed=0)
     with pytest.raises(CrlTypeError, match=r"negatives_mask.*TileMask"):
-        tiled_info_nce(a, b, negatives_mask=[[True]])  # type: ignore[arg-type]
+        info_nce(a, b, negatives_mask=[[True]], block_size=4)  # type: ignore[arg-type]
     with pytest.raises(CrlValueError, match=r"negatives_mask.*shape \(6, 6\)"):
-        tiled_info_nce(a, b, negatives_mask=torch.ones(5, 5, dtype=torch.bool))
+        info_nce(a, b, negatives_mask=torch.ones(5, 5, dtype=torch.bool), block_size=4)
 
     class WrongShape:
         def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
             return torch.ones(rows_index.numel(), cols_index.numel() + 1, dtype=torch.bool)
 
-    with pytest.raises(CrlValueError, match=r"TileMask.mask.*shape \(4, 4\)"):
-        tiled_info_nce(a, b, negatives_mask=WrongShape(), block_size=4)
+    with pytest.raises(CrlValueError, match=r"TileMask.mask.*shape \(6, 6\)"):
+        info_nce(a, b, negatives_mask=WrongShape(), block_size=4)  # the block, made dense
+    with monkeypatch.context() as patch:
+        patch.setattr(tiled_module, "DENSE_MASK_MAX_ENTRIES", 0)
+        with pytest.raises(CrlValueError, match=r"TileMask.mask.*shape \(4, 4\)"):
+            info_nce(a, b, negatives_mask=WrongShape(), block_size=4)  # one tile
 
     class NoNegatives:
         def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
@@ -283,17 +349,15 @@ def test_bad_masks_and_indices() -> None:
             return out
 
     with pytest.raises(CrlValueError, match=r"at least one negative.*first: \[2\]"):
-        tiled_info_nce(a, b, negatives_mask=NoNegatives(), block_size=4)
+        info_nce(a, b, negatives_mask=NoNegatives(), block_size=4)
     with pytest.raises(CrlValueError, match=r"`index` must have shape \(6,\)"):
-        tiled_info_nce(a, b, negatives_mask=HashMask(), index=torch.arange(5))
+        info_nce(a, b, negatives_mask=HashMask(), index=torch.arange(5), block_size=4)
     with pytest.raises(CrlTypeError, match="`index` must have an integer dtype"):
         info_nce(a, b, negatives_mask=HashMask(), index=torch.zeros(6))
     with pytest.raises(CrlValueError, match=r"scale.*positive"):
-        tiled_clip_loss(a, b, -1.0)
-    with pytest.raises(CrlValueError, match=r"columns=True.*per-anchor"):
-        tiled_masked_row_logsumexp(a, b, torch.ones(6), columns=True)
+        clip_loss(a, b, -1.0, block_size=4)
     with pytest.raises(CrlValueError, match=r"1-D `scale` must have shape \(6,\)"):
-        tiled_masked_row_logsumexp(a, b, torch.ones(5))
+        anchor_logsumexp(a, b, torch.ones(5))
 
 
 @settings(max_examples=40, deadline=None)
@@ -301,13 +365,14 @@ def test_bad_masks_and_indices() -> None:
        excluded=st.floats(0.0, 0.9), double=st.booleans(), seed=st.integers(0, 10_000))
 def test_tile_logsumexps_equal_torch_logsumexp(rows: int, cols: int, spread: float,
                                                excluded: float, double: bool, seed: int) -> None:
-    """The one-exp row/column log-sum-exps of a tile, on logits spread far beyond the exp range
-    and with excluded (-inf) entries, equal torch.logsumexp (columns via the fallback too)."""
+    """The one-exp row/column log-sum-exps of one tile (no public call exposes a single tile),
+    on logits spread far beyond the exp range and with excluded (-inf) entries, equal
+    torch.logsumexp (columns via the fallback too)."""
     dtype = torch.float64 if double else torch.float32
     gen = torch.Generator().manual_seed(seed)
     x = (spread * torch.randn(rows, cols, generator=gen, dtype=torch.float64)).to(dtype)
     x[torch.rand(rows, cols, generator=gen) < excluded] = -math.inf
-    got_rows, got_cols = tiled_module._tile_logsumexps(x, torch.empty_like(x), True)
+    got_rows, got_cols = tile_logsumexps(x, torch.empty_like(x), True)
     assert got_cols is not None
     tol = {"rtol": 1e-12, "atol": 1e-12} if double else {"rtol": 1e-6, "atol": 1e-5}
     torch.testing.assert_close(got_rows, torch.logsumexp(x, dim=1), **tol)

@@ -37,7 +37,7 @@ def open_clip_loss(a: Tensor, b: Tensor, scale: Tensor) -> Tensor:
 
 def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     import crl.losses.tiled as tiled
-    from crl.losses import clip_loss, tiled_clip_loss
+    from crl.losses import clip_loss
 
     if impl == "open_clip":
         return open_clip_loss
@@ -53,7 +53,8 @@ def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Ten
 
         return plain
     if impl == "tiled":
-        return lambda a, b, s: tiled_clip_loss(a, b, s, block_size=block_size)
+        block = block_size or tiled.DEFAULT_BLOCK_SIZE  # tiles at every batch size
+        return lambda a, b, s: clip_loss(a, b, s, block_size=block)
     raise ValueError(f"unknown loss implementation {impl!r}")
 
 

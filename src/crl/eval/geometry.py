@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from crl._validation import check_int_range, check_pair, check_positive, check_tensor
+from crl.losses.tiled import anchor_logsumexp
 
 
 def alignment(a: Tensor, b: Tensor, *, alpha: float = 2.0) -> float:
@@ -37,12 +38,13 @@ def alignment(a: Tensor, b: Tensor, *, alpha: float = 2.0) -> float:
 
 def uniformity(z: Tensor, *, t: float = 2.0, block_size: int = 4096) -> float:
     """``log E_{i != j} exp(-t ||f_i - f_j||^2)`` over distinct pairs, after L2 normalisation
-    (lower is more uniform). Computed over blocks of rows, ``O(block_size x N)`` memory.
+    (lower is more uniform). Computed over ``block_size x block_size`` tiles of ``z @ z.T``
+    (:func:`crl.losses.anchor_logsumexp`), ``O(N D + block_size²)`` memory.
 
     Args:
         z: ``(N, D)`` embeddings, ``N >= 2``.
         t: The kernel scale (``> 0``; Wang and Isola use 2).
-        block_size: Rows processed at once.
+        block_size: Tile side.
 
     Returns:
         A float ``<= 0``.
@@ -58,16 +60,9 @@ def uniformity(z: Tensor, *, t: float = 2.0, block_size: int = 4096) -> float:
     check_int_range(where, "block_size", block_size, 1, None)
     z = F.normalize(z.detach().double(), dim=1)
     n = z.shape[0]
-    parts = []
-    for start in range(0, n, block_size):
-        stop = min(start + block_size, n)
-        # ||u - v||^2 = 2 - 2 u.v for unit vectors; clamp the rounding below 0.
-        sq = (2.0 - 2.0 * (z[start:stop] @ z.T)).clamp_min(0.0)  # (Q, N)
-        rows = torch.arange(stop - start)
-        logits = -t * sq
-        logits[rows, rows + start] = float("-inf")  # leave out i == j
-        parts.append(torch.logsumexp(logits, dim=1))
-    return float(torch.logsumexp(torch.cat(parts), dim=0)) - math.log(n * (n - 1))
+    # -t ||u - v||^2 = 2t u.v - 2t for unit vectors: per row, log sum_{j != i} exp(2t z_i.z_j)
+    rows = anchor_logsumexp(z, z, 2.0 * t, include_positive=False, block_size=block_size).lse
+    return float(torch.logsumexp(rows, dim=0)) - 2.0 * t - math.log(n * (n - 1))
 
 
 __all__ = ["alignment", "uniformity"]

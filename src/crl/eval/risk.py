@@ -1,13 +1,13 @@
-"""The held-out contrastive risk, computed over blocks of anchors (THEORY.md section 1)."""
+"""The held-out contrastive risk, computed over tiles of the score matrix."""
 
 from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor
 
 from crl._validation import check_int_range, check_pair, check_positive
+from crl.losses.tiled import anchor_logsumexp
 
 
 def heldout_contrastive_risk(a: Tensor, b: Tensor, *, temperature: float,
@@ -15,19 +15,21 @@ def heldout_contrastive_risk(a: Tensor, b: Tensor, *, temperature: float,
     """The positive-excluded contrastive risk with every other item as a negative.
 
     ``(1/N) sum_i tau log( (1/(N-1)) sum_{j != i} exp((s_ij - s_ii) / tau) )`` with
-    ``s = a @ b.T``, in float64, ``block_size`` anchors at a time (memory ``O(block_size x N)``).
-    Equals :func:`crl.losses.contrastive_risk` on the whole set.
+    ``s = a @ b.T``, in float64, over ``block_size x block_size`` tiles of ``s``
+    (:func:`crl.losses.anchor_logsumexp`; memory ``O(N D + block_size²)``). Equals
+    :func:`crl.losses.contrastive_risk` on the whole set.
 
     Args:
         a: ``(N, D)`` anchors.
         b: ``(N, D)`` positives.
         temperature: ``tau > 0``.
-        block_size: Anchors scored at once.
+        block_size: Tile side.
 
     Returns:
         A float.
 
     Example:
+        >>> import torch
         >>> round(heldout_contrastive_risk(torch.eye(3), torch.eye(3), temperature=1.0), 6)
         -1.0
     """
@@ -37,15 +39,10 @@ def heldout_contrastive_risk(a: Tensor, b: Tensor, *, temperature: float,
     check_int_range(where, "block_size", block_size, 1, None)
     a, b = a.detach().double(), b.detach().double()
     n = a.shape[0]
-    total = 0.0
-    for start in range(0, n, block_size):
-        stop = min(start + block_size, n)
-        scores = a[start:stop] @ b.T  # (Q, N)
-        rows = torch.arange(stop - start)
-        delta = (scores - scores[rows, rows + start].unsqueeze(1)) / temperature
-        delta[rows, rows + start] = float("-inf")  # the positive is excluded
-        total += float((temperature * (torch.logsumexp(delta, dim=1) - math.log(n - 1))).sum())
-    return total / n
+    # log sum_{j != i} exp(s_ij / tau) - s_ii / tau = log sum_{j != i} exp((s_ij - s_ii) / tau)
+    out = anchor_logsumexp(a, b, 1.0 / temperature, include_positive=False,
+                           block_size=block_size)
+    return float((temperature * (out.lse - out.positive - math.log(n - 1))).sum()) / n
 
 
 __all__ = ["heldout_contrastive_risk"]

@@ -11,7 +11,7 @@ from crl.losses.modules import ClipLoss, InfoNCELoss, SigLipLoss, SupConLoss
 from crl.losses.oce import OCE_PHIS, PAIRWISE_LOSSES, oce_risk, pairwise_risk
 from crl.losses.siglip import siglip_loss
 from crl.losses.supcon import supcon_loss
-from crl.losses.tiled import TileMask, tiled_clip_loss, tiled_info_nce, tiled_masked_row_logsumexp
+from crl.losses.tiled import TileMask, anchor_logsumexp
 
 __all__ = [
     "OCE_PHIS",
@@ -22,6 +22,7 @@ __all__ = [
     "SigLipLoss",
     "SupConLoss",
     "TileMask",
+    "anchor_logsumexp",
     "clip_loss",
     "contrastive_risk",
     "info_nce",
@@ -30,7 +31,4 @@ __all__ = [
     "relaxed_kmeans",
     "siglip_loss",
     "supcon_loss",
-    "tiled_clip_loss",
-    "tiled_info_nce",
-    "tiled_masked_row_logsumexp",
 ]

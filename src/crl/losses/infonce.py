@@ -19,7 +19,7 @@ from crl._validation import (
     upcast,
 )
 from crl.losses._common import masked_logsumexp
-from crl.losses.tiled import TileMask, dense_mask, tiled_clip_loss, tiled_info_nce, use_tiles
+from crl.losses.tiled import TileMask, dense_mask, pair_loss, use_tiles
 
 
 def _prepare(where: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
@@ -74,7 +74,7 @@ def info_nce(
         index: ``(B,)`` dataset indices of the pairs, read by a ``TileMask`` mask (default
             ``arange(B)``); unused otherwise.
         block_size: None: the plain ``(B, B)`` computation up to ``B = PLAIN_MAX_BATCH`` (2048),
-            the exact tiled one of :func:`~crl.losses.tiled.tiled_info_nce` above it. An int:
+            the exact tiled one (:mod:`crl.losses.tiled`) above it. An int:
             always tiled, with ``block_size x block_size`` tiles (``O(B·D + block_size²)``
             memory). Value and gradients are the same either way.
 
@@ -92,8 +92,8 @@ def info_nce(
     """
     where = "info_nce"
     if use_tiles(where, a, block_size):
-        return tiled_info_nce(a, b, temperature=temperature, symmetric=symmetric,
-                              negatives_mask=negatives_mask, index=index, block_size=block_size)
+        return pair_loss(where, a, b, temperature=temperature, symmetric=symmetric,
+                         negatives_mask=negatives_mask, index=index, block_size=block_size)
     a, b = _prepare(where, a, b)
     check_positive(where, "temperature", temperature)
     negatives_mask = dense_mask(where, negatives_mask, index, a.shape[0], a.device)
@@ -116,8 +116,8 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
         a: Image (or view-a) embeddings ``(B, D)``.
         b: Text (or view-b) embeddings ``(B, D)``.
         scale: Positive number or 0-dim tensor (may require grad).
-        block_size: None: plain up to ``B = PLAIN_MAX_BATCH`` (2048), exact tiles of
-            :func:`~crl.losses.tiled.tiled_clip_loss` above; an int: always tiled with that tile
+        block_size: None: plain up to ``B = PLAIN_MAX_BATCH`` (2048), exact tiles
+            (:mod:`crl.losses.tiled`) above; an int: always tiled with that tile
             side. Same value and gradients either way.
 
     Returns:
@@ -130,7 +130,7 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
     """
     where = "clip_loss"
     if use_tiles(where, a, block_size):
-        return tiled_clip_loss(a, b, scale, block_size=block_size)
+        return pair_loss(where, a, b, scale=scale, symmetric=True, block_size=block_size)
     a, b = _prepare(where, a, b)
     check_positive(where, "scale", scale)
     if isinstance(scale, Tensor):

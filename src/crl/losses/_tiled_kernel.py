@@ -1,0 +1,305 @@
+"""The exact tiled log-sum-exp kernel behind every large contrastive loss (private).
+
+For anchors ``a (h, D)``, candidates ``b (W, D)`` and ``L = diag(scale) a @ b.T`` (``h x W``,
+never stored), it returns per anchor ``lse_i = log sum_{j in C(i)} exp(L_ij)`` over the anchor's
+candidates ``C(i)`` (its negatives, plus its positive ``j = offset + i`` when included), the
+positive logit ``L_{i, offset + i}`` and ``|C(i)|``; for a square batch also the column
+log-sum-exps (each candidate as the anchor of the other direction) from the same tiles.
+
+The identity that makes tiles exact (the idea of Inf-CL, Cheng et al. 2024, written in plain
+torch): a log-sum-exp over a union of disjoint column blocks is the ``logaddexp`` of the blocks'
+log-sum-exps, and its gradient is the softmax ``dlse_i / dL_ij = P_ij = exp(L_ij - lse_i)``, which
+needs only the final ``lse_i`` and the entry itself. So
+
+- **forward**: for each ``T x T`` tile ``L[R, C]``, merge its row (and column) log-sum-exps into
+  running ones with ``logaddexp``; the tiles holding positives give ``L_{i, offset + i}``;
+- **backward**: recompute each tile, ``G = g_row * P_row + g_col * P_col`` (``g_*`` the incoming
+  gradients), then ``grad_a[R] += scale * G @ b[C]``, ``grad_b[C] += G.T @ (scale * a[R])`` and
+  ``grad_scale += sum_ij G_ij s_ij = sum_i a_i . (G @ b)_i``: sums over tiles, exact up to rounding.
+
+That is ``8 h W D`` flops for forward + backward and three ``(T, T)`` buffers. One ``exp`` per
+entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ exp(m_row - K)``
+and ``P_col = P_row * exp(lse_row_i - lse_col_j)`` wherever that is exact in the dtype (other
+tiles take a second ``exp``; :mod:`crl.losses._tile_math`).
+
+Precision: tile products run in the inputs' dtype; for bfloat16 / float16 inputs the product
+tile is widened to float32 before its maximum and ``exp``, and log-sum-exps, counts, ``G`` and the
+gradient accumulators are float32 (``G`` is rounded to the input dtype only as an operand of the
+two gradient products); gradients are returned in the input dtype. Autocast is switched off
+inside, so the inputs' dtype decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
+
+import torch
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+from crl._validation import describe
+from crl.errors import CrlValueError
+from crl.losses._tile_math import (
+    block_bounds,
+    exp_floor,
+    precision_margin,
+    span,
+    spans,
+    tile_logsumexps,
+)
+
+
+@runtime_checkable
+class TileMask(Protocol):
+    """Anything that gives the negatives mask of one tile from dataset indices.
+
+    ``mask(rows_index (h,), cols_index (w,))`` returns an ``(h, w)`` bool tensor, True where
+    sample ``cols_index[k]`` is a negative of anchor ``rows_index[i]``. It must be deterministic:
+    the backward pass asks for each tile again. :class:`crl.negatives.NegativeSets` is one.
+    """
+
+    def mask(self, rows_index: Tensor, cols_index: Tensor, /) -> Tensor:
+        """The ``(h, w)`` bool negatives mask of anchors ``rows_index`` and candidates
+        ``cols_index``."""
+        ...
+
+
+class TileNegatives:
+    """Which entries of each tile are candidates: from nothing, a dense ``(h, W)`` bool, or a
+    :class:`TileMask` asked with the anchors' and candidates' dataset indices.
+
+    Anchor (row) ``i``'s positive is candidate (column) ``offset + i``. ``include_positive``
+    says whether it is a candidate (InfoNCE) or not (the negatives-only log-sum-exp of GCL);
+    whatever the mask says about that entry is overridden. Built, checked, by
+    :func:`crl.losses.tiled.tile_negatives`.
+    """
+
+    def __init__(self, dense: Tensor | None, tile_mask: TileMask | None,
+                 anchor_index: Tensor | None, candidate_index: Tensor | None, *,
+                 include_positive: bool, offset: int = 0) -> None:
+        self.dense = dense
+        self.tile_mask = tile_mask
+        self.anchor_index = anchor_index
+        self.candidate_index = candidate_index
+        self.include_positive = include_positive
+        self.offset = offset
+
+    def positives(self, r0: int, r1: int, c0: int, c1: int) -> tuple[int, int, int]:
+        """The rows ``[lo, hi)`` of tile ``[r0, r1) x [c0, c1)`` whose positive lies in it, and
+        the tile's diagonal offset ``k`` that holds them (``tile.diagonal(k)``)."""
+        lo, hi = max(r0, c0 - self.offset), min(r1, c1 - self.offset)
+        return lo, max(lo, hi), self.offset + r0 - c0
+
+    def excluded(self, r0: int, r1: int, c0: int, c1: int, out: Tensor) -> Tensor | None:
+        """``(r1 - r0, c1 - c0)`` bool in ``out``, True where ``L[i, j]`` is not a candidate;
+        None when every entry of the tile is one."""
+        lo, hi, k = self.positives(r0, r1, c0, c1)
+        if self.dense is not None:
+            torch.logical_not(self.dense[r0:r1, c0:c1], out=out)
+        elif self.tile_mask is not None:
+            assert self.anchor_index is not None and self.candidate_index is not None
+            tile = self.tile_mask.mask(self.anchor_index[r0:r1], self.candidate_index[c0:c1])
+            shape = (r1 - r0, c1 - c0)
+            if not isinstance(tile, Tensor) or tile.dtype != torch.bool or tile.shape != shape:
+                raise CrlValueError(
+                    f"TileMask.mask: must return a bool tensor of shape {shape} for "
+                    f"{shape[0]} anchors and {shape[1]} candidates; got {describe(tile)}")
+            torch.logical_not(tile.to(out.device), out=out)
+        elif hi > lo and not self.include_positive:
+            out.zero_()
+        else:
+            return None
+        if hi > lo:
+            out.diagonal(k).fill_(not self.include_positive)
+        return out
+
+
+class KernelOut(NamedTuple):
+    """``lse_rows (h,)``, ``lse_cols (W,)`` (empty without columns), ``positive (h,)`` and the
+    int64 candidate counts of rows ``(h,)`` and columns ``(W,)``."""
+
+    lse_rows: Tensor
+    lse_cols: Tensor
+    positive: Tensor
+    count_rows: Tensor
+    count_cols: Tensor
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for bfloat16 / float16 products, else the products' own dtype."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def scaled(a: Tensor, scale: Tensor) -> Tensor:
+    """``scale * a`` in ``a``'s dtype (computed in ``scale``'s) for a 0-dim or ``(h,)`` scale."""
+    s = scale.unsqueeze(1) if scale.dim() == 1 else scale
+    return (a.to(scale.dtype) * s).to(a.dtype)
+
+
+def _walk(a_s: Tensor, b: Tensor, acc: torch.dtype, block: int, tiles: TileNegatives
+          ) -> Iterator[tuple[int, int, int, int, Tensor, Tensor | None]]:
+    """Every tile ``[r0, r1) x [c0, c1)`` of ``L = a_s @ b.T`` in turn: ``(r0, r1, c0, c1,
+    logits (h, w) in dtype acc, excluded (h, w) bool or None)``, in buffers reused per tile.
+
+    The product runs in the inputs' dtype and is widened to ``acc`` when that differs."""
+    logits_buf = torch.empty(block * block, dtype=acc, device=a_s.device)
+    prod_buf = logits_buf if a_s.dtype == acc else a_s.new_empty(block * block)
+    excluded_buf = torch.empty(block * block, dtype=torch.bool, device=a_s.device)
+    for r0, r1 in spans(a_s.shape[0], block):
+        for c0, c1 in spans(b.shape[0], block):
+            h, w = r1 - r0, c1 - c0
+            logits = torch.mm(a_s[r0:r1], b[c0:c1].T, out=prod_buf[: h * w].view(h, w))
+            if prod_buf.data_ptr() != logits_buf.data_ptr():
+                logits = logits_buf[: h * w].view(h, w).copy_(logits)  # (h, w) in acc
+            excluded = tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w))
+            yield r0, r1, c0, c1, logits, excluded
+
+
+def _add_product(acc: Tensor, g: Tensor, low: Tensor | None, y: Tensor) -> None:
+    """``acc += g @ y``; ``g`` is rounded into ``low`` first when ``y`` is of lower precision."""
+    if low is None:
+        acc.addmm_(g, y)
+    else:
+        acc.add_(torch.mm(low, y))
+
+
+class _TiledLogSumExp(torch.autograd.Function):
+    """The autograd function of :func:`tiled_logsumexp` (derivation in the module docstring)."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, a: Tensor, b: Tensor, scale: Tensor, block: int,
+                tiles: TileNegatives, want_cols: bool) -> tuple[Tensor, ...]:
+        with torch.autocast(a.device.type, enabled=False):
+            n_rows, n_cols = a.shape[0], b.shape[0]
+            acc = scale.dtype
+            a_s = scaled(a, scale)  # (h, D)
+            lse_rows = torch.full((n_rows,), -math.inf, dtype=acc, device=a.device)
+            lse_cols = (torch.full((n_cols,), -math.inf, dtype=acc, device=a.device)
+                        if want_cols else lse_rows.new_empty(0))
+            diagonal = lse_rows.new_empty(n_rows)
+            count_rows = torch.zeros(n_rows, dtype=torch.int64, device=a.device)
+            count_cols = torch.zeros(n_cols, dtype=torch.int64, device=a.device)
+            work_buf = lse_rows.new_empty(block * block)
+            for r0, r1, c0, c1, logits, excluded in _walk(a_s, b, acc, block, tiles):
+                h, w = r1 - r0, c1 - c0
+                lo, hi, k = tiles.positives(r0, r1, c0, c1)
+                if hi > lo:
+                    diagonal[lo:hi] = logits.diagonal(k)
+                if excluded is None:
+                    count_rows[r0:r1] += w
+                    count_cols[c0:c1] += h
+                else:
+                    logits.masked_fill_(excluded, -math.inf)
+                    count_rows[r0:r1] += w - excluded.sum(dim=1)
+                    count_cols[c0:c1] += h - excluded.sum(dim=0)
+                tile_rows, tile_cols = tile_logsumexps(
+                    logits, work_buf[: h * w].view(h, w), want_cols)
+                part = lse_rows[r0:r1]
+                torch.logaddexp(part, tile_rows, out=part)
+                if tile_cols is not None:
+                    part = lse_cols[c0:c1]
+                    torch.logaddexp(part, tile_cols, out=part)
+        ctx.save_for_backward(a, b, scale, lse_rows, lse_cols)
+        ctx.block = block  # type: ignore[attr-defined]
+        ctx.tiles = tiles  # type: ignore[attr-defined]
+        ctx.mark_non_differentiable(count_rows, count_cols)
+        ctx.set_materialize_grads(False)
+        return lse_rows, lse_cols, diagonal, count_rows, count_cols
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_rows: Tensor | None, grad_cols: Tensor | None,
+                 grad_diagonal: Tensor | None, *_: Any) -> tuple[Tensor | None, ...]:
+        a, b, scale, lse_rows, lse_cols = ctx.saved_tensors
+        with torch.autocast(a.device.type, enabled=False):
+            grads = _backward(a, b, scale, lse_rows, lse_cols, ctx.block, ctx.tiles,
+                              ctx.needs_input_grad[:3], grad_rows, grad_cols, grad_diagonal)
+        return (*grads, None, None, None)
+
+
+def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: Tensor,
+              block: int, tiles: TileNegatives, needs: tuple[bool, ...],
+              grad_rows: Tensor | None, grad_cols: Tensor | None,
+              grad_diagonal: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The gradients of ``a``, ``b`` and ``scale`` (module docstring, **backward**)."""
+    need_a, need_b, need_scale = needs
+    want_a = need_a or need_scale  # grad_scale is read off the grad_a accumulator
+    n_rows, n_cols = a.shape[0], b.shape[0]
+    acc = scale.dtype
+    a_s = scaled(a, scale)  # (h, D)
+    acc_a = torch.zeros(a.shape, dtype=acc, device=a.device)  # sum_j G_ij b_j
+    acc_b = torch.zeros(b.shape, dtype=acc, device=a.device)  # sum_i G_ij scale_i a_i
+    if grad_cols is not None and lse_cols.numel() == 0:
+        grad_cols = None
+    if grad_rows is not None or grad_cols is not None:
+        # A row with no candidate has lse = -inf and only -inf logits: shift it by 0 instead.
+        shift_rows = torch.nan_to_num(lse_rows, neginf=0.0).unsqueeze(1)  # (h, 1)
+        shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
+                      if grad_cols is not None else None)  # (1, W)
+        floor = exp_floor(acc)
+        # Both directions from one exp: P_col = P_row * exp(lse_row_i - lse_col_j). When a
+        # tile's log-sum-exps span at most `window`, exp(lse_row_i - low) and
+        # exp(low - lse_col_j) neither overflow nor underflow, and a P_row clamped at the
+        # floor stands for a P_col below eps / (4 B): negligible. Other tiles take two exps.
+        window = -floor - precision_margin(acc, 4 * max(n_rows, n_cols))
+        bounds = block_bounds(shift_rows.squeeze(1), shift_cols, block)
+        grad_buf = acc_a.new_empty(block * block)
+        low_buf = None if a.dtype == acc else a.new_empty(block * block)
+        for r0, r1, c0, c1, logits, excluded in _walk(a_s, b, acc, block, tiles):
+            h, w = r1 - r0, c1 - c0
+            if excluded is not None:
+                logits.masked_fill_(excluded, -math.inf)
+            g = grad_buf[: h * w].view(h, w)
+            if (grad_rows is not None and shift_cols is not None
+                    and grad_cols is not None and bounds is not None
+                    and span(bounds, r0 // block, c0 // block) <= window):
+                low = min(bounds[0][r0 // block], bounds[2][c0 // block])
+                torch.sub(logits, shift_rows[r0:r1], out=g)
+                g.clamp_(min=floor).exp_()  # P_row
+                u = (shift_rows[r0:r1, 0] - low).exp_()  # (h,) in [1, e^window]
+                t = (low - shift_cols[0, c0:c1]).exp_().mul_(grad_cols[c0:c1])  # (w,)
+                # G = P_row * (g_row_i + g_col_j exp(lse_row_i - lse_col_j))
+                factor = torch.addr(grad_rows[r0:r1].unsqueeze(1), u, t, out=logits)
+                g.mul_(factor)
+            elif grad_rows is not None:
+                torch.sub(logits, shift_rows[r0:r1], out=g)
+                g.clamp_(min=floor).exp_()  # P_row
+                g.mul_(grad_rows[r0:r1].unsqueeze(1))
+                if shift_cols is not None and grad_cols is not None:
+                    p_col = logits.sub_(shift_cols[:, c0:c1]).clamp_(min=floor).exp_()
+                    g.addcmul_(p_col, grad_cols[c0:c1].unsqueeze(0))
+            elif shift_cols is not None and grad_cols is not None:
+                torch.sub(logits, shift_cols[:, c0:c1], out=g)
+                g.clamp_(min=floor).exp_().mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
+            g_low = None if low_buf is None else low_buf[: h * w].view(h, w).copy_(g)
+            if want_a:
+                _add_product(acc_a[r0:r1], g, g_low, b[c0:c1])
+            if need_b:
+                _add_product(acc_b[c0:c1], g.T, None if g_low is None else g_low.T,
+                             a_s[r0:r1])
+    if grad_diagonal is not None:
+        own = slice(tiles.offset, tiles.offset + n_rows)  # the rows' positives
+        acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own].to(acc))
+        acc_b[own].addcmul_(grad_diagonal.unsqueeze(1), a_s.to(acc))
+    grad_a = scaled(acc_a, scale).to(a.dtype) if need_a else None
+    grad_b = acc_b.to(b.dtype) if need_b else None
+    grad_scale = None
+    if need_scale:
+        products = a.to(acc) * acc_a
+        grad_scale = products.sum(dim=1) if scale.dim() == 1 else products.sum()
+    return grad_a, grad_b, grad_scale
+
+
+def tiled_logsumexp(a: Tensor, b: Tensor, scale: Tensor, block: int, tiles: TileNegatives,
+                    want_cols: bool) -> KernelOut:
+    """The kernel on checked inputs: ``a (h, D)`` and ``b (W, D)`` of one dtype, ``scale`` 0-dim
+    or ``(h,)`` in the accumulation dtype (:func:`accumulation_dtype`), ``block >= 1``; columns
+    need a square batch with offset 0 and a 0-dim scale. Differentiable in ``a``, ``b``, ``scale``.
+    """
+    out = _TiledLogSumExp.apply(a, b, scale, block, tiles, want_cols)  # type: ignore[no-untyped-call]
+    return KernelOut(*cast(tuple[Tensor, Tensor, Tensor, Tensor, Tensor], out))
+
+
+__all__: list[str] = []
