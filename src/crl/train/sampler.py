@@ -19,7 +19,10 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_bipartite_matching
 from torch import Tensor
 
 from crl.errors import CrlValueError
@@ -91,8 +94,10 @@ class NoDuplicateBatches:
     the batch being filled unless its ``a`` or ``b`` key is already there, in which case it waits
     in a queue that later batches read first. When the epoch's remaining pairs cannot complete a
     batch (a text repeated more often than batches remain), the batch is completed with pairs of
-    this epoch's earlier batches that do not clash, in the epoch's order. Deterministic in
-    ``(seed, epoch)``, so resumable at any position.
+    this epoch's earlier batches that do not clash, in the epoch's order (and, should the pairs
+    already in it leave no room, it becomes the first ``batch_size`` pairs of a maximum set of
+    pairwise compatible pairs, found once). Deterministic in ``(seed, epoch)``, so resumable at
+    any position.
 
     Args:
         keys_a, keys_b: One hashable key per training pair (:func:`view_keys`).
@@ -100,8 +105,8 @@ class NoDuplicateBatches:
         seed: The run's seed.
 
     Raises:
-        CrlValueError: if there are fewer than ``batch_size`` pairs with distinct ``a`` and
-            distinct ``b`` views, so no batch can be filled.
+        CrlValueError: if no ``batch_size`` pairs have distinct ``a`` and distinct ``b`` views,
+            so no batch can be filled.
 
     Example:
         >>> sampler = NoDuplicateBatches(["p", "p", "q", "r"], ["1", "2", "3", "4"], 2, seed=0)
@@ -124,8 +129,27 @@ class NoDuplicateBatches:
                 f"train.sampler no_duplicates: the training split has only {distinct} distinct "
                 f"texts in one view, fewer than train.batch_size = {batch_size}; lower the batch "
                 "size or use train.sampler=random")
+        self._fallback = self._compatible_pairs()
+        if len(self._fallback) < batch_size:
+            raise CrlValueError(
+                f"train.sampler no_duplicates: at most {len(self._fallback)} training pairs have "
+                f"distinct a and distinct b texts, fewer than train.batch_size = {batch_size}; "
+                "lower the batch size or use train.sampler=random")
         self.num_samples, self.batch_size, self.seed = len(keys_a), batch_size, seed
         self.steps_per_epoch = self.num_samples // batch_size
+
+    def _compatible_pairs(self) -> list[int]:
+        """The most pairs that can share a batch (a maximum matching between the distinct
+        ``a`` and ``b`` views, one pair per edge used): the batch of last resort."""
+        first: dict[tuple[int, int], int] = {}  # one pair per (a view, b view) edge
+        for item, edge in enumerate(zip(self._a, self._b, strict=True)):
+            first.setdefault(edge, item)
+        a = np.unique([e[0] for e in first], return_inverse=True)[1]
+        b = np.unique([e[1] for e in first], return_inverse=True)[1]
+        pairs = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+        graph = csr_matrix((pairs + 1, (a, b)))  # value: pair index + 1
+        match = maximum_bipartite_matching(graph, perm_type="column")  # a view -> b view
+        return sorted(int(graph[row, col]) - 1 for row, col in enumerate(match) if col >= 0)
 
     def batches(self, epoch: int, start: int = 0) -> list[list[int]]:
         order = epoch_permutation(self.num_samples, self.seed, epoch).tolist()
@@ -147,20 +171,26 @@ class NoDuplicateBatches:
                 taken.update((self._a[item], self._b[item]))
             waiting = passed + waiting
             if len(batch) < self.batch_size:  # the epoch ran dry: reuse earlier pairs
-                self._complete(batch, taken, order)
+                batch = self._complete(batch, taken, order)
             out.append(batch)
         return out[start:]
 
-    def _complete(self, batch: list[int], taken: set[int], order: list[int]) -> None:
+    def _complete(self, batch: list[int], taken: set[int], order: list[int]) -> list[int]:
         members = set(batch)
         for item in order:
             if len(batch) == self.batch_size:
-                return
+                return batch
             if item in members or self._a[item] in taken or self._b[item] in taken:
                 continue
             batch.append(item)
             members.add(item)
             taken.update((self._a[item], self._b[item]))
+        if len(batch) == self.batch_size:
+            return batch
+        # The pairs taken first leave no room (rare, with heavily repeated texts): the first
+        # ``batch_size`` pairs of the matching, in the epoch's order, always fit together.
+        rank = {item: position for position, item in enumerate(order)}
+        return sorted(self._fallback, key=rank.__getitem__)[:self.batch_size]
 
 
 def build_sampler(kind: str, dataset: Any, batch_size: int, *, seed: int) -> BatchSampler:
