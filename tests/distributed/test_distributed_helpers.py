@@ -97,10 +97,11 @@ def test_crl_train_nproc_forwards_the_same_arguments(monkeypatch: pytest.MonkeyP
         return 7
 
     monkeypatch.setattr(distributed, "launch", fake_launch)
-    result = CliRunner().invoke(app, [
-        "train", "synthetic-gaussian", "--nproc", "2", "--set", "train.steps=4", "--set",
-        "loss.temperature=0.5", "--out", str(tmp_path), "--resume", "--device", "cpu",
-        "--no-progress"])
+    argv = ["crl", "train", "synthetic-gaussian", "--nproc", "2", "--set", "train.steps=4",
+            "--set", "loss.temperature=0.5", "--out", str(tmp_path), "--resume", "--device",
+            "cpu", "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)  # the command line the launcher forwards
+    result = CliRunner().invoke(app, argv[1:])
     assert result.exit_code == 7  # torchrun's exit code is forwarded
     assert seen == [(2, ["train", "synthetic-gaussian", "--set", "train.steps=4", "--set",
                          "loss.temperature=0.5", "--out", str(tmp_path), "--resume",

@@ -29,7 +29,8 @@ from dist_worker import STOP, gather_case, rank_loss  # noqa: E402
 
 WORLD = 2
 RTOL = 1e-5
-LOSSES = ("clip", "info_nce", "siglip", "gcl", "clip_tiled", "info_nce_tiled", "gcl_tiled")
+LOSSES = ("clip", "info_nce", "siglip", "gcl", "clip_tiled", "info_nce_tiled", "gcl_tiled",
+          "clip_cached", "gcl_cached")
 
 BASE: dict[str, Any] = {
     "data": {"name": "synthetic", "val_fraction": 0.1, "test_fraction": 0.1,
@@ -62,7 +63,25 @@ LOSS_SECTIONS: dict[str, dict[str, Any]] = {
                   "negatives": {"regime": "independent", "m": 12, "seed": 3},
                   "train": {**BASE["train"], "steps": 14}},
     "resume": {"loss": {"name": "clip"}},
+    # gradient caching on each rank (local batch 8 in micro-batches of 3: 3 + 3 + 2) against
+    # the one-process run without it: the same losses and weights
+    "clip_cached": {"loss": {"name": "clip"},
+                    "train": {**BASE["train"], "micro_batch_size": 3}},
+    "gcl_cached": {"loss": {"name": "gcl", "temperature": 0.5, "block_size": 3,
+                            "gcl": {"gamma": 0.8, "temperature_mode": "global_learnable"}},
+                   "negatives": {"regime": "independent", "m": 12, "seed": 3},
+                   "train": {**BASE["train"], "micro_batch_size": 3}},
 }
+
+
+def _reference(name: str, path: Path) -> Any:
+    """The one-process reference config of a two-process run: the same, without gradient
+    caching for the ``*_cached`` runs."""
+    cfg = load_config(path)
+    if name.endswith("_cached"):
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
+            update={"micro_batch_size": None})})
+    return cfg
 
 
 def _env() -> dict[str, str]:
@@ -96,9 +115,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     dirs: dict[str, tuple[Path, Path]] = {}
     for name, path in paths.items():
-        cfg = load_config(path)
-        run_name = f"{name}-{config_hash(cfg)}"
-        fit(cfg, one / run_name, progress=False)  # the 1-process reference
+        run_name = f"{name}-{config_hash(load_config(path))}"
+        reference = _reference(name, path)
+        fit(reference, one / run_name, progress=False)  # the 1-process reference
         dirs[name] = (one / run_name, two / run_name)
     return {"dirs": dirs, "root": two, "resume_stdout": resumed.stdout}
 
