@@ -84,7 +84,7 @@ def test_kind_errors() -> None:
         build_model(ModelConfig(shared_tower=True), VECTOR)
     with pytest.raises(CrlValueError, match="'transformer' does not take vector data"):
         build_model(ModelConfig(kind="transformer"), VECTOR)
-    with pytest.raises(ValidationError, match="package.module:function"):
+    with pytest.raises(ValidationError, match=r"package\.module:function"):
         ModelConfig(kind="custom", factory="not a spec")
     with pytest.raises(ValidationError, match="extra"):
         ModelConfig(embedding_dim=3)

@@ -53,7 +53,9 @@ _debug_set_here = False
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
     from crl.cli import bench as _bench  # noqa: F401
+    from crl.cli import encode as _encode  # noqa: F401
     from crl.cli import eval as _eval  # noqa: F401
+    from crl.cli import export as _export  # noqa: F401
     from crl.cli import info as _info  # noqa: F401
     from crl.cli import study as _study  # noqa: F401
     from crl.cli import train as _train  # noqa: F401

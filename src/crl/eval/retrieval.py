@@ -173,13 +173,38 @@ def _pair_counts(a: Tensor, b: Tensor, block_size: int) -> _PairCounts:
     return _PairCounts(*counts)
 
 
-def _ranks_and_aucs(above: Tensor, equal: Tensor) -> tuple[Tensor, Tensor]:
-    """Ranks ``(N,)`` (int64) and AUC values ``(N,)`` (float64) from the counts of one direction."""
-    n = above.shape[0]
-    below = n - 1 - above - equal
+def _ranks_and_aucs(above: Tensor, equal: Tensor, extra: int = 0) -> tuple[Tensor, Tensor]:
+    """Ranks ``(N,)`` (int64) and AUC values ``(N,)`` (float64) from the counts of one direction,
+    each query having ``N - 1 + extra`` negatives."""
+    negatives = above.shape[0] - 1 + extra
+    below = negatives - above - equal
     ranks = (1 + above + equal).cpu()  # ties count against the positive
-    aucs = ((below.double() + 0.5 * equal.double()) / (n - 1)).cpu()
+    aucs = ((below.double() + 0.5 * equal.double()) / negatives).cpu()
     return ranks, aucs
+
+
+def hard_negative_counts(a: Tensor, b: Tensor, hard: Tensor) -> tuple[Tensor, Tensor]:
+    """For each query ``a_i``, its own hard negatives scored above / equal to its positive.
+
+    The positive ``a_i . b_i`` and the hard scores ``a_i . h_ij`` are computed by the same
+    reduction, so a hard negative identical to the positive ties with it exactly (and counts
+    against it, as every tie does here).
+
+    Args:
+        a: ``(N, D)`` queries. b: ``(N, D)`` their positives. hard: ``(N, H, D)`` each query's
+            ``H`` extra candidates (hard negatives in view-b form).
+
+    Returns:
+        ``(above, equal)``, each ``(N,)`` int64.
+
+    Example:
+        >>> a = torch.tensor([[1.0, 0.0]]); b = torch.tensor([[0.8, 0.6]])
+        >>> hard_negative_counts(a, b, torch.tensor([[[0.9, 0.1], [0.8, 0.6], [0.0, 1.0]]]))
+        (tensor([1]), tensor([1]))
+    """
+    positive = torch.einsum("nd,nhd->nh", a, b.unsqueeze(1))  # (N, 1)
+    scores = torch.einsum("nd,nhd->nh", a, hard)  # (N, H)
+    return (scores > positive).sum(dim=1), (scores == positive).sum(dim=1)
 
 
 def retrieval_metrics(
@@ -188,6 +213,7 @@ def retrieval_metrics(
     *,
     ks: Sequence[int] = DEFAULT_KS,
     block_size: int = 1024,
+    hard: Tensor | None = None,
 ) -> dict[str, float]:
     """Recall@k, AUC criterion and ranks of paired embeddings, in both directions.
 
@@ -208,6 +234,9 @@ def retrieval_metrics(
         b: ``(N, D)`` view-b embeddings; ``b[i]`` is the positive of ``a[i]``.
         ks: The cut-offs of ``recall@k`` (each ``>= 1``; ``k >= N`` gives recall 1).
         block_size: Side of the square tiles of scores computed at once (``>= 1``).
+        hard: ``(N, H, D)`` hard negatives: ``hard[i]`` are extra candidates of query ``a_i``
+            only, in the ``x2y`` direction (which then ranks ``N + H`` candidates per query;
+            :func:`hard_negative_counts`). None: none.
 
     Returns:
         ``retrieval/{x2y,y2x}_recall@k`` for each k, ``retrieval/{x2y,y2x}_auc``,
@@ -231,10 +260,19 @@ def retrieval_metrics(
     dtype = compute_dtype(a, b)
     a, b = a.detach().to(dtype), b.detach().to(dtype)
     counts = _pair_counts(a, b, block_size)
+    x2y_above, x2y_equal, extra = counts.x2y_above, counts.x2y_equal, 0
+    if hard is not None:
+        check_tensor(where, "hard", hard, ndim=3)
+        if hard.shape[0] != a.shape[0] or hard.shape[2] != a.shape[1]:
+            raise CrlValueError(f"{where}: `hard` must have shape ({a.shape[0]}, H, "
+                                f"{a.shape[1]}); got {tuple(hard.shape)}")
+        hard_above, hard_equal = hard_negative_counts(a, b, hard.detach().to(dtype))
+        x2y_above, x2y_equal = x2y_above + hard_above, x2y_equal + hard_equal
+        extra = int(hard.shape[1])
     out: dict[str, float] = {}
-    for name, above, equal in (("x2y", counts.x2y_above, counts.x2y_equal),
-                               ("y2x", counts.y2x_above, counts.y2x_equal)):
-        ranks, aucs = _ranks_and_aucs(above, equal)
+    for name, above, equal, more in (("x2y", x2y_above, x2y_equal, extra),
+                                     ("y2x", counts.y2x_above, counts.y2x_equal, 0)):
+        ranks, aucs = _ranks_and_aucs(above, equal, more)
         for k in ks:
             out[f"retrieval/{name}_recall@{k}"] = float((ranks <= k).double().mean())
         out[f"retrieval/{name}_auc"] = float(aucs.mean())

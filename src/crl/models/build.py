@@ -44,40 +44,40 @@ def _input_dims(info: DataInfo) -> tuple[int, int]:
 
 def _tower_factory(kind: str, cfg: ModelConfig, info: DataInfo) -> Callable[[int], nn.Module]:
     """A function from the input dimension of a view to a fresh tower."""
-    head = cfg.resolved_head()
+    head, embed_dim = cfg.resolved_head(), cfg.resolved_embed_dim()
     if kind == "linear":
-        return lambda d: Tower(nn.Sequential(nn.Flatten(), nn.Linear(d, cfg.embed_dim)))
+        return lambda d: Tower(nn.Sequential(nn.Flatten(), nn.Linear(d, embed_dim)))
     if kind == "mlp":
         return lambda d: Tower(nn.Sequential(
-            nn.Flatten(), mlp(d, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers)))
+            nn.Flatten(), mlp(d, cfg.hidden_dim, embed_dim, cfg.num_layers)))
     if kind == "cnn":
         assert info.image_shape is not None
         shape = info.image_shape
         return lambda d: Tower(
             SmallCNN(shape, cfg.cnn_channels, cfg.hidden_dim),
-            projection_head(head, cfg.hidden_dim, cfg.hidden_dim, cfg.embed_dim,
+            projection_head(head, cfg.hidden_dim, cfg.hidden_dim, embed_dim,
                             cfg.num_layers),
         )
     if kind == "frozen_minilm":
         from crl.models.text import MINILM_DIM
 
-        if head == "none" and cfg.embed_dim != MINILM_DIM:
+        if head == "none" and embed_dim != MINILM_DIM:
             raise CrlValueError(
                 f"build_model: 'frozen_minilm' with head 'none' outputs MiniLM's {MINILM_DIM}-d "
-                f"features; set embed_dim={MINILM_DIM} (got {cfg.embed_dim}) or choose a head"
+                f"features; set embed_dim={MINILM_DIM} (got {embed_dim}) or choose a head"
             )
         return lambda d: Tower(nn.Identity(), projection_head(
-            head, MINILM_DIM, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers))
+            head, MINILM_DIM, cfg.hidden_dim, embed_dim, cfg.num_layers))
     from crl.models.bag import EmbeddingBagEncoder
 
-    if head == "none" and cfg.embed_dim != cfg.token_dim:
+    if head == "none" and embed_dim != cfg.token_dim:
         raise CrlValueError(
             f"build_model: 'embedding_bag' with head 'none' outputs token_dim={cfg.token_dim} "
-            f"features; set embed_dim={cfg.token_dim} (got {cfg.embed_dim}) or choose a head"
+            f"features; set embed_dim={cfg.token_dim} (got {embed_dim}) or choose a head"
         )
     return lambda vocab: Tower(
         EmbeddingBagEncoder(vocab, cfg.token_dim, cfg.bigram_buckets),
-        projection_head(head, cfg.token_dim, cfg.hidden_dim, cfg.embed_dim, cfg.num_layers),
+        projection_head(head, cfg.token_dim, cfg.hidden_dim, embed_dim, cfg.num_layers),
     )
 
 

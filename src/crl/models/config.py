@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ModelKind = Literal["auto", "linear", "mlp", "cnn", "frozen_minilm", "embedding_bag",
                     "transformer", "custom"]
+#: ``embed_dim`` when the config leaves it unset (and the backbone does not fix it).
+DEFAULT_EMBED_DIM = 128
 _FACTORY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -29,8 +31,8 @@ class ModelConfig(BaseModel):
             from scratch); ``auto``: ``mlp`` for vectors, ``cnn`` for images, ``embedding_bag``
             for text; ``transformer`` (text: a pretrained Hugging Face / sentence-transformers
             model fine-tuned end to end); ``custom`` (the towers ``factory`` returns).
-        embed_dim: Output dimension ``D`` of both towers (``transformer`` with head ``none`` or
-            ``residual``: the model's hidden width, unless set).
+        embed_dim: Output dimension ``D`` of both towers (None: 128; for ``transformer`` with
+            head ``none`` or ``residual``, the model's hidden width).
         hidden_dim: Width of hidden layers (and of the CNN's representation).
         num_layers: Hidden layers of ``mlp`` towers and of ``mlp`` heads.
         head: Projection head after the backbone of ``cnn``, ``frozen_minilm``,
@@ -65,7 +67,7 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: ModelKind = "auto"
-    embed_dim: int = Field(128, ge=1)
+    embed_dim: int | None = Field(None, ge=1)
     hidden_dim: int = Field(256, ge=1)
     num_layers: int = Field(2, ge=1)
     head: Literal["none", "linear", "mlp", "residual"] | None = None
@@ -93,6 +95,10 @@ class ModelConfig(BaseModel):
         if value is not None and not _FACTORY.match(value):
             raise ValueError(f"factory must look like 'package.module:function'; got {value!r}")
         return value
+
+    def resolved_embed_dim(self) -> int:
+        """``embed_dim``, or its default 128."""
+        return DEFAULT_EMBED_DIM if self.embed_dim is None else self.embed_dim
 
     def resolved_head(self) -> str:
         """The projection head: ``head``, or its default for ``kind`` (``none`` for

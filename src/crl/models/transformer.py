@@ -210,13 +210,13 @@ class TransformerEncoder(nn.Module):
 
 def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:
     if head in ("none", "residual"):
-        if "embed_dim" in cfg.model_fields_set and cfg.embed_dim != width:
+        if cfg.embed_dim is not None and cfg.embed_dim != width:
             raise CrlValueError(
                 f"build_model: 'transformer' with head {head!r} outputs the model's {width}-d "
                 f"states; set embed_dim={width} (got {cfg.embed_dim}) or choose a head"
             )
         return width
-    return cfg.embed_dim
+    return cfg.resolved_embed_dim()
 
 
 def transformer_towers(cfg: ModelConfig) -> tuple[nn.Module, nn.Module, TextFeaturizer]:

@@ -204,6 +204,8 @@ class EvalConfig(_Section):
         knn_k: Neighbours of the kNN probe.
         batch_size: Items encoded at once.
         block_size: Query rows scored at once in retrieval metrics.
+        hard_negatives: Each query's hard negatives (data with hard-negative columns) are
+            extra candidates in the ``x2y`` retrieval metrics (docs/data.md).
     """
 
     ks: list[int] = Field(default_factory=lambda: [1, 5, 10])
@@ -215,6 +217,7 @@ class EvalConfig(_Section):
     knn_k: int = Field(20, ge=1)
     batch_size: int = Field(1024, ge=1)
     block_size: int = Field(1024, ge=1)
+    hard_negatives: bool = False
 
     @model_validator(mode="after")
     def _check_ks(self) -> EvalConfig:

@@ -20,6 +20,7 @@ from crl.eval import (
     uniformity,
 )
 from crl.models import DualEncoder
+from crl.models.encode import encode_hard_negatives
 from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, EVAL_FILE, read_json, write_json
 from crl.train.build import build_run
 from crl.train.checkpoint import load_checkpoint
@@ -86,7 +87,9 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
     za, zb = encode_split(model, split, batch_size=cfg.batch_size, device=device)
     out: dict[str, float] = {}
     if cfg.retrieval:
-        out.update(retrieval_metrics(za, zb, ks=cfg.ks, block_size=cfg.block_size))
+        zh = (encode_hard_negatives(model, split, batch_size=cfg.batch_size, device=device)
+              if cfg.hard_negatives else None)  # (N, H, D) or None
+        out.update(retrieval_metrics(za, zb, ks=cfg.ks, block_size=cfg.block_size, hard=zh))
     if cfg.geometry:
         out["geometry/alignment"] = alignment(za, zb)
         out["geometry/uniformity"] = 0.5 * (uniformity(za, block_size=cfg.block_size)

@@ -1,0 +1,117 @@
+"""A trained run used elsewhere: its model rebuilt from ``config.json`` and ``checkpoint.pt``,
+exported as a sentence-transformers directory (``crl export``) or embedding a file's texts
+(``crl encode``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from crl.data import DataInfo, load_data
+from crl.data.files import read_texts
+from crl.errors import CrlError, CrlValueError
+from crl.models import DualEncoder, build_model
+from crl.models.encode import encode_texts
+from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, read_json
+from crl.train.build import seed_everything
+from crl.train.checkpoint import load_checkpoint
+from crl.train.config import TrainConfig, config_hash
+from crl.train.loading import validate_config
+
+View = Literal["a", "b"]
+
+
+@dataclass
+class TrainedModel:
+    """A run's config, its model with the checkpoint's weights (eval mode), and its data info."""
+
+    config: TrainConfig
+    model: DualEncoder
+    info: DataInfo
+    step: int
+
+
+def load_trained(run_dir: str | Path, *, device: str = "cpu") -> TrainedModel:
+    """Rebuild the model of a run directory and load its checkpoint's weights.
+
+    Raises:
+        CrlError: if the directory has no config or checkpoint, or they do not match.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise CrlError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+    config = validate_config(read_json(run_dir / CONFIG_FILE).get("config", {}),
+                             str(run_dir / CONFIG_FILE))
+    state = load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=config_hash(config))
+    info = load_data(config.data, progress=False).info
+    seed_everything(config.train.seed)
+    model = build_model(config.model, info)
+    model.load_state_dict(state["model"])
+    model.to(torch.device(device)).eval()
+    return TrainedModel(config, model, info, int(state["step"]))
+
+
+def export_run(run_dir: str | Path, out: str | Path, *,
+               format: str = "sentence-transformers", tower: View = "a") -> Path:
+    """Export a run's model (``crl export``); see :mod:`crl.models.export`.
+
+    Raises:
+        CrlValueError: for an unknown format, a model that cannot be exported or an ``out``
+            that holds files.
+    """
+    from crl.models.export import FORMATS, export_sentence_transformers
+    from crl.models.transformer import resolve_model_dir
+
+    if format not in FORMATS:
+        raise CrlValueError(f"export: unknown format {format!r}; formats: {', '.join(FORMATS)}")
+    trained = load_trained(run_dir)
+    if trained.config.model.kind != "transformer":
+        raise CrlValueError(
+            f"export: only models of kind 'transformer' export to {format}; the run "
+            f"{run_dir} trained kind {trained.config.model.kind!r}"
+        )
+    return export_sentence_transformers(
+        trained.model, out, model_dir=resolve_model_dir(trained.config.model.pretrained),
+        tower=tower)
+
+
+def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view: View = "a",
+                column: str | None = None, batch_size: int = 256, device: str = "cpu",
+                progress: bool = True) -> np.ndarray:
+    """Embed the texts of one column of ``file`` with a run's model; save them to ``out``.
+
+    Args:
+        run_dir: A run directory written by :func:`crl.train.fit`.
+        file: A table of texts (any format of ``data.files``).
+        out: The ``.npy`` file to write: float32 ``(N, D)``, row ``i`` the ``i``-th text.
+        view: The tower: ``a`` (queries) or ``b`` (documents).
+        column: The column to embed (None: the run's ``data.files.columns`` name of ``view``).
+        batch_size: Texts per forward pass.
+        device: Where the model runs.
+        progress: Show a progress bar.
+
+    Returns:
+        The embeddings ``(N, D)``.
+
+    Raises:
+        CrlValueError: for a bad file, column or cell (naming the row), or a model that takes
+            no text.
+    """
+    if view not in ("a", "b"):
+        raise CrlValueError(f"encode: `view` must be 'a' or 'b'; got {view!r}")
+    trained = load_trained(run_dir, device=device)
+    columns = trained.config.data.files.columns
+    texts = read_texts(file, column or (columns.a if view == "a" else columns.b))
+    embeddings = encode_texts(trained.model, texts, view=view, batch_size=batch_size,
+                              device=device, progress=progress).numpy()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out, embeddings.astype(np.float32))
+    return embeddings
+
+
+__all__ = ["TrainedModel", "encode_file", "export_run", "load_trained"]
