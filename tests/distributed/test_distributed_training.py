@@ -64,12 +64,14 @@ LOSS_SECTIONS: dict[str, dict[str, Any]] = {
                   "train": {**BASE["train"], "steps": 14}},
     "resume": {"loss": {"name": "clip"}},
     # gradient caching on each rank (local batch 8 in micro-batches of 3: 3 + 3 + 2) against
-    # the one-process run without it: the same losses and weights
-    "clip_cached": {"loss": {"name": "clip"},
+    # the one-process run without it: the same losses and weights (SGD: AdamW would blow the
+    # rounding noise of an exactly-zero gradient up to steps of size lr)
+    "clip_cached": {"loss": {"name": "clip"}, "optim": {"name": "sgd", "lr": 0.05},
                     "train": {**BASE["train"], "micro_batch_size": 3}},
     "gcl_cached": {"loss": {"name": "gcl", "temperature": 0.5, "block_size": 3,
                             "gcl": {"gamma": 0.8, "temperature_mode": "global_learnable"}},
                    "negatives": {"regime": "independent", "m": 12, "seed": 3},
+                   "optim": {"name": "sgd", "lr": 0.05},
                    "train": {**BASE["train"], "micro_batch_size": 3}},
 }
 
