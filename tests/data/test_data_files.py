@@ -114,7 +114,7 @@ def test_jsonl_bad_line_reports_line_number(tmp_path: Path) -> None:
     with pytest.raises(CrlValueError, match="line 2, column 'label': expected an integer"):
         load_pair_file(_jsonl(tmp_path / "s.jsonl",
                               [json.dumps({"a": "x", "b": "y", "label": 1}), good]))
-    with pytest.raises(CrlValueError, match="line 1, column 'label': expected an integer.*'cat'"):
+    with pytest.raises(CrlValueError, match=r"line 1, column 'label': expected an integer.*'cat'"):
         load_pair_file(_jsonl(tmp_path / "t.jsonl", [json.dumps({"a": "x", "b": "y",
                                                                  "label": "cat"})]))
 

@@ -57,7 +57,12 @@ def custom_towers(cfg: ModelConfig,
     if cfg.factory is None:
         raise CrlValueError("model.factory: kind 'custom' needs factory: "
                             "'package.module:function'")
-    out = load_factory(cfg.factory)(cfg, info)
+    factory = load_factory(cfg.factory)
+    try:
+        out = factory(cfg, info)
+    except Exception as exc:  # the user's code: one line here, the traceback under --debug
+        raise CrlValueError(f"model.factory: {cfg.factory}(model, info) raised "
+                            f"{type(exc).__name__}: {exc}") from exc
     if isinstance(out, nn.Module):
         tower_a = tower_b = out
     elif (isinstance(out, tuple) and len(out) == 2

@@ -193,9 +193,13 @@ class TransformerEncoder(nn.Module):
                 frozen.append(embeddings)
             for module in frozen:
                 module.requires_grad_(False)
-        if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+        if gradient_checkpointing:  # transformers >= 5 names it activation checkpointing
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def forward(self, x: Tensor) -> Tensor:
         ids, mask = x[:, 0], x[:, 1]  # (B, L) each
