@@ -7,9 +7,19 @@
    all-MiniLM-L6-v2 features, CLIP loss) against frozen MiniLM's plain cosine on the same
    held-out docstring-to-code pairs (recall@1, docstring -> code). Target: +20% relative.
 
+3. ``--minilm``: all-MiniLM-L6-v2 fine-tuned end to end on pycode, crl against
+   sentence-transformers' own recipe, each entry in its own process
+   (``benchmarks/quality_minilm.py``): the frozen model, sentence-transformers'
+   ``MultipleNegativesRankingLoss`` at batch 64, crl's CLIP loss at batch 64 and crl's GCL at
+   batch 16, one pass over the same first ``--train-pairs`` training pairs. Goals: crl at batch
+   64 within 0.01 of sentence-transformers (or better), GCL at 16 within 0.01 of crl at 64.
+   Writes ``benchmarks/results/quality_minilm.json``.
+
 Writes ``benchmarks/results/quality.json``. Run from the repository root:
 
     .venv/bin/python benchmarks/quality.py [--skip-pycode] [--threads 1] [--set key=value ...]
+    .venv/bin/python benchmarks/quality.py --skip-digits --skip-pycode --minilm \
+        [--minilm-entries frozen,sentence_transformers] [--train-pairs 1280] [--test-pairs 1000]
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +46,9 @@ from crl.train import build_run, config_hash, fit, load_config
 from crl.train.evaluation import evaluate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "quality.json"
+MINILM_RESULTS = RESULTS.with_name("quality_minilm.json")
+MINILM_WORKER = Path(__file__).resolve().parent / "quality_minilm.py"
+MINILM_ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16")
 
 
 def _cpu() -> float:
@@ -123,6 +138,57 @@ def pycode(out: Path, threads: int, overrides: list[str]) -> dict[str, Any]:
     }
 
 
+def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
+           ) -> dict[str, Any]:
+    """Run each MiniLM entry in a fresh process; merge into ``quality_minilm.json``."""
+    results: dict[str, Any] = (json.loads(MINILM_RESULTS.read_text())
+                               if MINILM_RESULTS.exists() else {"entries": {}})
+    results["environment"] = {**environment_info(), "cpu_count": os.cpu_count()}
+    for entry in entries:
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        proc = subprocess.run([sys.executable, str(MINILM_WORKER), entry, "--train-pairs",
+                               str(train_pairs), "--test-pairs", str(test_pairs),
+                               "--threads", str(threads)],
+                              capture_output=True, text=True, check=False)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-4:])
+            results["entries"][entry] = {"error": f"exit {proc.returncode}: {tail}",
+                                         "started_utc": started}
+        else:
+            results["entries"][entry] = {**json.loads(lines[-1]), "started_utc": started}
+        print(entry, json.dumps(results["entries"][entry].get("metrics",
+                                                               results["entries"][entry])))
+        results["comparison"] = minilm_comparison(results["entries"])
+        write_json(MINILM_RESULTS, results)
+    return results
+
+
+def minilm_comparison(entries: dict[str, Any]) -> dict[str, Any]:
+    """Recall@1 both ways per entry, the two goals' differences and their standard errors
+    (binomial per entry; the difference's SE treats the entries as independent, which
+    overstates it for the same test pairs)."""
+    def recall(name: str, key: str) -> tuple[float, float] | None:
+        entry = entries.get(name, {})
+        value = entry.get("metrics", {}).get(f"retrieval/{key}_recall@1")
+        return None if value is None else (value, entry[f"{key}_recall@1_se"])
+
+    table: dict[str, Any] = {}
+    for name in entries:
+        table[name] = {k: recall(name, k) for k in ("x2y", "y2x")}
+    goals: dict[str, Any] = {}
+    for goal, (ours, theirs) in {"crl_b64_vs_st": ("crl_clip_b64", "sentence_transformers"),
+                                 "gcl_b16_vs_crl_b64": ("crl_gcl_b16", "crl_clip_b64")}.items():
+        for key in ("x2y", "y2x"):
+            a, b = recall(ours, key), recall(theirs, key)
+            if a is None or b is None:
+                continue
+            diff = a[0] - b[0]
+            goals[f"{goal}/{key}"] = {"difference": diff, "se": (a[1] ** 2 + b[1] ** 2) ** 0.5,
+                                      "met": diff >= -0.01}
+    return {"recall@1 (value, se)": table, "goals (within 0.01 or better)": goals}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-digits", action="store_true")
@@ -130,6 +196,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--digits-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--pycode-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--minilm", action="store_true",
+                        help="fine-tune all-MiniLM-L6-v2 with crl and sentence-transformers")
+    parser.add_argument("--minilm-entries", default=",".join(MINILM_ENTRIES))
+    parser.add_argument("--train-pairs", type=int, default=1280,
+                        help="the fixed training subset of every MiniLM entry")
+    parser.add_argument("--test-pairs", type=int, default=1000,
+                        help="the fixed test subset (the first pairs of the test split)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="where the run directories go (default: a temporary directory)")
     args = parser.parse_args()
@@ -147,6 +220,12 @@ def main() -> None:
         print(json.dumps({k: v for k, v in results["pycode"].items() if k != "provenance"},
                          indent=2))
         write_json(RESULTS, results)
+    if args.minilm:
+        minilm(args.minilm_entries.split(","), args.train_pairs, args.test_pairs,
+               args.threads)
+        print(f"wrote {MINILM_RESULTS}")
+    if args.skip_digits and args.skip_pycode:
+        return
     results["environment"]["load_average_after"] = os.getloadavg()
     write_json(RESULTS, results)
     print(f"wrote {RESULTS}")
