@@ -1,26 +1,45 @@
-"""The README's first API snippet (losses, negative sets, GCL, a rank's share) runs as written,
-and what its comments claim holds."""
+"""Every Python snippet of the README runs as written, on its own, twice in a row, and what its
+comments claim holds (the first: losses, negative sets, GCL, a rank's share; the second: the
+calibration bound and m*; the third: a training run and retrieval metrics)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from crl.losses import info_nce
 from crl.losses.tiled import anchor_logsumexp
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def _run(block: str) -> tuple[dict[str, Any], list[str]]:
+    """Execute ``block`` in a fresh namespace (nothing shared with other snippets)."""
+    ns: dict[str, Any] = {"__name__": "__readme__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, str(README), "exec"), ns)
+    return ns, out.getvalue().splitlines()
+
+
+def test_the_readme_has_three_snippets() -> None:
+    assert len(BLOCKS) == 3, "a new README snippet needs its checks here"
 
 
 def test_the_loss_and_negatives_tour_runs() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert blocks, "the README has no python block"
-    ns: dict[str, Any] = {}
-    exec(compile(blocks[0], str(README), "exec"), ns)
+    ns, printed = _run(BLOCKS[0])
     assert bool(torch.isfinite(ns["loss"]))
+    first = float(printed[0])  # "about 2; log(256) = 5.5 at chance"
+    assert 1.0 < first < 3.0 < math.log(256)
+    assert float(printed[1]) < 0  # the contrastive risk: positives beat their negatives
     # "4 ranks: mean = InfoNCE with these sets"
     a, b, index, sets = ns["a"], ns["b"], ns["index"], ns["sets"]
     shares = []
@@ -32,3 +51,30 @@ def test_the_loss_and_negatives_tour_runs() -> None:
     assert torch.equal(shares[1], ns["share"])
     whole = info_nce(a, b, temperature=0.07, negatives_mask=sets.batch_mask(index))
     torch.testing.assert_close(torch.stack(shares).mean(), whole, rtol=1e-5, atol=1e-5)
+    share, gcl = (float(v) for v in printed[2].split())
+    assert share == pytest.approx(float(ns["share"])) and gcl == pytest.approx(0.1)  # = tau
+
+
+def test_the_theory_tour_runs() -> None:
+    _, printed = _run(BLOCKS[1])
+    excess_risk, excess_auc, bound = (float(v) for v in printed[0].split())
+    assert 0 < excess_auc <= bound and excess_risk > 0
+    assert bound == pytest.approx(math.sqrt(2 * excess_risk / 1.0))
+    assert printed[1] == "[0.79, 0.4, 0.2]"  # the comment's m*/n = 25 / sqrt(n)
+    assert float(printed[2]) == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.slow
+def test_the_training_tour_runs_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    ns, printed = _run(BLOCKS[2])
+    auc = float(printed[0])
+    assert 0.7 < auc < 0.789  # "held-out AUC ~0.75; the best is E* = 0.789"
+    recall, median = (float(v) for v in printed[1].split())
+    assert 0 < recall < 1 and median >= 1
+    run_dir = tmp_path / ns["run_dir"]
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    again, printed_again = _run(BLOCKS[2])  # the same directory: the finished run comes back
+    assert again["result"].finished and printed_again[0] == printed[0]
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [run_dir.name]
