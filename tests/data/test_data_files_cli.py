@@ -166,3 +166,22 @@ def test_column_map_validation_is_one_line(tmp_path: Path) -> None:
     line = one_error_line(train(tmp_path, write_jsonl(tmp_path / "p.jsonl", ROWS),
                                 {"a": "query", "b": "query"}))
     assert "data.files.columns" in line and "'query'" in line
+
+
+def test_the_examples_of_docs_data_md_read_the_same_pairs(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
+    section = doc[doc.index("### Your own files"):doc.index("## Encoders")]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", section, flags=re.S)
+    jsonl = next(body for lang, body in blocks if body.startswith('{"query"'))
+    csv_text = next(body for lang, body in blocks if body.startswith("query,doc"))
+    config = yaml.safe_load(next(body for lang, body in blocks if lang == "yaml"))
+    columns = ColumnsConfig(**config["data"]["files"]["columns"])
+    rows = [json.loads(line) for line in jsonl.splitlines()]
+    paths = [put(tmp_path / "pairs.jsonl", jsonl), put(tmp_path / "pairs.csv", csv_text),
+             write_parquet(tmp_path / "pairs.parquet", rows),
+             write_saved_dataset(tmp_path / "pairs_ds", rows)]
+    items = [[ds[i] for i in range(len(ds))]
+             for ds in (load_pair_file(p, columns)[0] for p in paths)]
+    assert len(items[0]) == 3 and all(other == items[0] for other in items[1:])
+    assert items[0][2] == ("read a file", "def read(p): return open(p).read()", 2, 2,
+                           ["def write(p, s): open(p, 'w').write(s)"])
