@@ -26,18 +26,12 @@ import torch.nn.functional as F
 from crl import distributed
 from crl.bench._measure import best_time
 from crl.env import environment_info
+from crl.losses import build_objective
 from crl.negatives import NegativesConfig
 from crl.rundir import write_json
 from crl.train.config import LossConfig
-from crl.train.objective import Objective
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
-
-
-class _Clip(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.logit_scale = torch.nn.Parameter(torch.tensor(2.659))  # log(1 / 0.07)
 
 
 def _time(loss: dict[str, Any], negatives: dict[str, Any], batch: int, dim: int,
@@ -48,13 +42,13 @@ def _time(loss: dict[str, Any], negatives: dict[str, Any], batch: int, dim: int,
     zb = F.normalize(za.detach() + 1.5 * torch.randn(batch, dim, generator=gen),
                      dim=1).requires_grad_(True)
     index = torch.randperm(batch, generator=gen)
-    objective = Objective(LossConfig(**loss), NegativesConfig(**negatives), num_samples=batch)
-    model = _Clip()
+    objective = build_objective(LossConfig(**loss), NegativesConfig(**negatives),
+                                num_samples=batch)  # CLIP: logit scale log(1 / 0.07) inside
     values: list[float] = []
 
     def step() -> None:
         za.grad = zb.grad = None
-        value, _ = objective(za, zb, index, None, model, rows=rows)
+        value, _ = objective(za, zb, index, None, rows=rows)
         value.backward()  # type: ignore[no-untyped-call]
         values.append(float(value.detach()))
 

@@ -139,6 +139,43 @@ def check_rows(where: str, rows: Any, batch: int) -> slice:
                         f"the batch of {batch}, within [0, {batch}]; got {rows!r}")
 
 
+def check_index(where: str, name: str, index: Any, *, length: int | None = None,
+                num_samples: int | None = None, distinct: bool = False) -> Tensor:
+    """``index`` checked as 1-D integer dataset indices (as int64): of ``length`` entries when
+    given, in ``[0, num_samples)`` when given, without repeats when ``distinct``."""
+    if not isinstance(index, Tensor):
+        raise CrlTypeError(f"{where}: `{name}` must be a torch.Tensor; got {describe(index)}")
+    if index.dtype.is_floating_point or index.dtype == torch.bool or index.is_complex():
+        raise CrlTypeError(f"{where}: `{name}` must have an integer dtype; got {index.dtype}")
+    if index.dim() != 1 or (length is not None and index.shape[0] != length):
+        expected = f"({length},)" if length is not None else "1-D (B,)"
+        raise CrlValueError(f"{where}: `{name}` must have shape {expected} (one dataset index "
+                            f"per row); got {tuple(index.shape)}")
+    out: Tensor = index.to(torch.int64)
+    if num_samples is not None and out.numel() > 0:
+        low, high = int(out.min()), int(out.max())
+        if low < 0 or high >= num_samples:
+            raise CrlValueError(f"{where}: `{name}` must hold dataset indices in "
+                                f"[0, {num_samples - 1}]; got values in [{low}, {high}]")
+    if distinct:
+        repeats = out.numel() - torch.unique(out).numel()
+        if repeats:
+            raise CrlValueError(f"{where}: `{name}` must not repeat a sample within a batch; "
+                                f"got {out.numel()} indices with {repeats} duplicate(s)")
+    return out
+
+
+def check_hard(where: str, hard: Any, a: Tensor) -> Tensor:
+    """Hard negatives ``(B, H, D)`` checked against the embeddings ``a (B, D)``: finite floats
+    of matching batch, width and device (``H >= 0``)."""
+    out = check_tensor(where, "hard", hard, ndim=3)
+    if out.shape[0] != a.shape[0] or out.shape[2] != a.shape[1] or out.device != a.device:
+        raise CrlValueError(f"{where}: `hard` must have shape (B, H, D) = ({a.shape[0]}, H, "
+                            f"{a.shape[1]}) on {a.device}, H hard negatives per anchor; got "
+                            f"{describe(out)} on {out.device}")
+    return out
+
+
 def check_mask(where: str, name: str, mask: Any, shape: Sequence[int], *,
                need_true_per_row: bool = True, ignore_diagonal: bool = False) -> Tensor:
     """Check a boolean mask of ``shape`` in which every row has at least one True entry."""

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import pytest
 import torch
 from pydantic import ValidationError
-from torch import nn
 
 from crl.data import DataInfo, TensorPairDataset
 from crl.errors import CrlValueError
-from crl.models import DualEncoder, ModelConfig, SmallCNN, build_model, resolve_kind
+from crl.models import ModelConfig, SmallCNN, build_model, resolve_kind
 from crl.models.bag import EmbeddingBagEncoder
 
 VECTOR = DataInfo("vector", 3, 5, None, None, "toy")
@@ -66,7 +64,7 @@ def test_default_kinds_and_shared_towers() -> None:
     image_model = build_model(ModelConfig(), IMAGE)
     assert image_model.shared and image_model.tower_a is image_model.tower_b
     single = sum(p.numel() for p in image_model.tower_a.parameters())
-    assert sum(p.numel() for p in image_model.parameters()) == single + 1  # + logit_scale
+    assert sum(p.numel() for p in image_model.parameters()) == single  # logit scale: objective
     x = torch.rand(3, 1, 8, 8)
     torch.testing.assert_close(image_model.encode_a(x), image_model.encode_b(x))
     two = build_model(ModelConfig(), SQUARE)
@@ -90,25 +88,13 @@ def test_kind_errors() -> None:
         ModelConfig(embedding_dim=3)
 
 
-def test_logit_scale_init_learn_and_clamp() -> None:
-    model = build_model(ModelConfig(), VECTOR)
-    assert math.isclose(float(model.logit_scale.detach()), math.log(1 / 0.07), rel_tol=1e-6)
-    assert model.logit_scale.requires_grad
-    with torch.no_grad():
-        model.logit_scale.fill_(10.0)
-    model.clamp_logit_scale_()
-    assert math.isclose(float(model.logit_scale.detach()), math.log(100.0), rel_tol=1e-6)
-    frozen = build_model(ModelConfig(learn_logit_scale=False, init_logit_scale=1.0), VECTOR)
-    assert not frozen.logit_scale.requires_grad and float(frozen.logit_scale) == 1.0
-    with pytest.raises(CrlValueError, match="init_logit_scale"):
-        DualEncoder(nn.Linear(2, 2), nn.Linear(2, 2), init_logit_scale=math.inf)
-
-
-def test_gradients_reach_both_towers_and_logit_scale() -> None:
+def test_gradients_reach_both_towers() -> None:
+    # (The CLIP logit scale lives in the objective: tests/losses/test_objective_interface.py.)
     model = build_model(ModelConfig(kind="mlp", embed_dim=4), VECTOR)
+    assert not hasattr(model, "logit_scale")
     x, y = _inputs(VECTOR, 6)
     za, zb = model(x, y)
-    (model.logit_scale.exp() * (za @ zb.T)).logsumexp(dim=1).mean().backward()
+    (za @ zb.T).logsumexp(dim=1).mean().backward()
     assert all(p.grad is not None for p in model.parameters())
 
 

@@ -15,17 +15,12 @@ import torch
 
 from crl import distributed
 from crl.errors import CrlValueError
+from crl.losses import SigLipLoss, SupConLoss, TrainingObjective, build_objective
+from crl.losses.objective import LogitScaleInit
 from crl.negatives import NegativesConfig
 from crl.train.config import LossConfig
-from crl.train.objective import Objective
 
 N_SAMPLES, BATCH, WORLD = 90, 12, 3
-
-
-class _Model(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.logit_scale = torch.nn.Parameter(torch.tensor(1.5, dtype=torch.float64))
 
 
 def _features(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -39,20 +34,27 @@ def _features(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
     return za, zb, index, labels
 
 
-def _objective(loss: dict[str, Any], negatives: dict[str, Any]) -> Objective:
+def _objective(loss: dict[str, Any], negatives: dict[str, Any]) -> TrainingObjective:
     torch.manual_seed(0)
     labels = torch.randint(0, 3, (N_SAMPLES,), generator=torch.Generator().manual_seed(9))
-    objective = Objective(LossConfig(**loss), NegativesConfig(**negatives),
-                          num_samples=N_SAMPLES, labels=labels, num_classes=3)
+    objective = build_objective(LossConfig(**loss), NegativesConfig(**negatives),
+                                num_samples=N_SAMPLES, labels=labels, num_classes=3,
+                                logit_scale=LogitScaleInit(init=1.5))
     return objective.double()
 
 
-def _anchors_with_negatives(objective: Objective, index: torch.Tensor,
+def _anchors_with_negatives(objective: TrainingObjective, index: torch.Tensor,
                             labels: torch.Tensor) -> int:
-    """What the ranks' counts add up to: anchors of the whole batch with a negative."""
-    mask = objective.negatives_mask(index, labels)
+    """What the ranks' counts add up to: anchors of the whole batch with a negative (SigLIP:
+    every anchor; SupCon: both views of every item, each with its other view as a positive)."""
+    if isinstance(objective.loss, SigLipLoss):
+        return BATCH
+    if isinstance(objective.loss, SupConLoss):
+        return 2 * BATCH
+    mask = objective.negatives(index, labels, slice(0, BATCH))
     if mask is None:
         return BATCH
+    assert isinstance(mask, torch.Tensor)
     return int((mask & ~torch.eye(BATCH, dtype=torch.bool)).any(dim=1).sum())
 
 
@@ -86,24 +88,23 @@ CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
 def test_ranks_rows_average_to_the_whole_batch(loss: dict[str, Any], negatives: dict[str, Any],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     whole, sliced = _objective(loss, negatives), _objective(loss, negatives)
-    model_whole, model_sliced = _Model(), _Model()
     for step in range(2):  # the second step sees GCL's u from the first
         za, zb, index, labels = _features(step)
         count = _anchors_with_negatives(whole, index, labels)
         feats = [x.clone().requires_grad_(True) for x in (za, zb)]
-        value, _ = whole(*feats, index, labels, model_whole)
-        params = [*whole.parameters(), model_whole.logit_scale]
+        value, _ = whole(*feats, index, labels)
+        params = [*whole.parameters()]
         want = torch.autograd.grad(value, [*feats, *params], allow_unused=True)
 
         monkeypatch.setattr(distributed, "world_size", lambda: WORLD)
         monkeypatch.setattr(distributed, "all_reduce_sum",
                             lambda x, count=count: torch.full_like(x, count))
         feats = [x.clone().requires_grad_(True) for x in (za, zb)]
-        values = [sliced(*feats, index, labels, model_sliced,
-                         rows=distributed.own_rows(BATCH, r, WORLD))[0] for r in range(WORLD)]
+        values = [sliced(*feats, index, labels, rows=distributed.own_rows(BATCH, r, WORLD))[0]
+                  for r in range(WORLD)]
         monkeypatch.undo()
         mean = torch.stack(values).mean()
-        params = [*sliced.parameters(), model_sliced.logit_scale]
+        params = [*sliced.parameters()]
         got = torch.autograd.grad(mean, [*feats, *params], allow_unused=True)
         torch.testing.assert_close(mean, value, rtol=1e-10, atol=1e-12)
         for g, w in zip(got, want, strict=True):
@@ -120,8 +121,8 @@ def test_ranks_rows_average_to_the_whole_batch(loss: dict[str, Any], negatives: 
 def test_each_rank_updates_only_its_own_gcl_state() -> None:
     objective = _objective({"name": "gcl", "temperature": 0.3}, {})
     za, zb, index, labels = _features(0)
-    objective(za, zb, index, labels, _Model(), rows=slice(4, 8))
-    seen = ~torch.isnan(objective.gcl.log_u_a2b)  # type: ignore[union-attr]
+    objective(za, zb, index, labels, rows=slice(4, 8))
+    seen = ~torch.isnan(objective.loss.log_u_a2b)
     assert seen.nonzero().flatten().tolist() == sorted(index[4:8].tolist())
 
 
@@ -130,4 +131,4 @@ def test_bad_rows_are_a_clear_error(rows: slice) -> None:
     objective = _objective({"name": "info_nce"}, {})
     za, zb, index, labels = _features(0)
     with pytest.raises(CrlValueError, match="rows"):
-        objective(za, zb, index, labels, _Model(), rows=rows)
+        objective(za, zb, index, labels, rows=rows)

@@ -6,23 +6,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+from crl.losses import GlobalContrastiveLoss, build_objective
+from crl.losses.objective import LogitScaleInit
 from crl.negatives import NegativesConfig
 from crl.train.config import LossConfig
-from crl.train.objective import Objective
-
-
-class _Model(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.logit_scale = torch.nn.Parameter(torch.tensor(2.0, dtype=torch.float64))
 
 
 def _run(loss: dict[str, object], negatives: NegativesConfig, block_size: int | None
          ) -> tuple[torch.Tensor, ...]:
     n, batch = 120, 33
-    objective = Objective(LossConfig(**loss, block_size=block_size), negatives,  # type: ignore[arg-type]
-                          num_samples=n)
-    model = _Model()
+    objective = build_objective(LossConfig(**loss, block_size=block_size),  # type: ignore[arg-type]
+                                negatives, num_samples=n,
+                                logit_scale=LogitScaleInit(init=2.0)).double()
     g = torch.Generator().manual_seed(0)
     outs: list[torch.Tensor] = []
     for _ in range(2):
@@ -33,10 +28,10 @@ def _run(loss: dict[str, object], negatives: NegativesConfig, block_size: int | 
                                                             dtype=torch.float64), dim=1)
         za.requires_grad_(True)
         zb.requires_grad_(True)
-        value, _ = objective(za, zb, index, None, model)
+        value, _ = objective(za, zb, index, None)
         outs += [value.detach(), *torch.autograd.grad(value, [za, zb])]
-    if objective.gcl is not None:
-        outs += [objective.gcl.log_u_a2b.clone(), objective.gcl.log_u_b2a.clone()]
+    if isinstance(objective.loss, GlobalContrastiveLoss):
+        outs += [objective.loss.log_u_a2b.clone(), objective.loss.log_u_b2a.clone()]
     return tuple(outs)
 
 

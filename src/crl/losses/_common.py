@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -50,3 +52,28 @@ def anchor_negatives(mask: Tensor | None, rows: slice, width: int,
 def off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
     """The ``(n, n)`` bool mask that is True off the diagonal (every ``j != i``)."""
     return ~torch.eye(n, dtype=torch.bool, device=device)
+
+
+def other_direction(first: Tensor, x: Tensor, y: Tensor, rows: slice, whole: bool,
+                    logits_of: Callable[[Tensor], Tensor] = lambda s: s) -> Tensor:
+    """The ``(h, B)`` logits of the ``b -> a`` direction for the anchors ``rows``, given those
+    of ``a -> b``, ``first = logits_of(x[rows] @ y.T)``: for the whole batch the transpose of
+    ``first`` (one product), else ``logits_of(y[rows] @ x.T)``.
+
+    Example:
+        >>> x, y = torch.eye(3), torch.arange(9.0).reshape(3, 3)
+        >>> other_direction(x[2:] @ y.T, x, y, slice(2, 3), whole=False).tolist()
+        [[6.0, 7.0, 8.0]]
+    """
+    return first.T if whole else logits_of(y[rows] @ x.T)
+
+
+def hard_scores(anchors: Tensor, hard: Tensor) -> Tensor:
+    """``(h, H)``: each anchor ``anchors (h, D)`` against its own hard negatives ``(h, H, D)``."""
+    return torch.bmm(hard.to(anchors.dtype), anchors.unsqueeze(2)).squeeze(2)  # (h, H, 1) -> (h, H)
+
+
+def expand_counted(values: Tensor, counted: Tensor, size: int) -> Tensor:
+    """``(size,)``: ``values (A,)`` of the counted anchors at their places, 0 elsewhere (the
+    reducer reads back exactly ``values``, so the sum is unchanged)."""
+    return values.new_zeros(size).masked_scatter(counted, values)

@@ -12,13 +12,16 @@ number of in-batch negatives varies per anchor.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor, nn
 
+from crl import distributed
 from crl._validation import (
     check_choice,
+    check_hard,
+    check_index,
     check_int_range,
     check_mask,
     check_pair,
@@ -29,8 +32,18 @@ from crl._validation import (
     upcast,
 )
 from crl.errors import CrlTypeError, CrlValueError
-from crl.losses._common import anchor_negatives, masked_logsumexp
+from crl.losses._common import anchor_negatives, expand_counted, hard_scores, masked_logsumexp
+from crl.losses.objective import (
+    AnchorTerms,
+    ObjectiveContext,
+    PairBatch,
+    PairObjective,
+    reduce_terms,
+)
 from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp, densify
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
 
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
@@ -50,7 +63,7 @@ def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * epoch / decay_epochs)) * (1.0 - gamma_min) + gamma_min
 
 
-class GlobalContrastiveLoss(nn.Module):
+class GlobalContrastiveLoss(PairObjective):
     """GCL with a per-sample, per-direction running estimate of the inner mean (SogCLR/FastCLIP).
 
     For anchor ``i`` of direction ``a -> b`` (and ``b -> a`` with ``a``, ``b`` swapped) with
@@ -64,8 +77,12 @@ class GlobalContrastiveLoss(nn.Module):
       two directions when ``symmetric``.
 
     Anchors with no in-batch negative contribute nothing and keep their ``u``; the mean runs over
-    the anchors that have one. Because ``log u_i >= log gamma + log g_hat_i`` after the update,
-    ``g_hat_i / u_i <= 1 / gamma``: the loss stays finite at any temperature.
+    the anchors that have one. Hard negatives (``hard (B, H, D)``, view b) are further negatives
+    of their anchor only, in the ``a -> b`` direction: they enter its inner mean ``g_hat_i`` and
+    its count; an anchor with hard negatives always counts (in the ``b -> a`` direction it
+    contributes only when it has an in-batch negative). Because ``log u_i >= log gamma +
+    log g_hat_i`` after the update, ``g_hat_i / u_i <= 1 / gamma``: the loss stays finite at
+    any temperature.
 
     The negatives mask is indexed by sample: ``negatives_mask[i, j]`` says sample ``j`` is a
     negative of sample ``i``, and the same mask serves both directions (``b[i]``'s negatives are
@@ -82,7 +99,8 @@ class GlobalContrastiveLoss(nn.Module):
     - ``"per_sample"``: one ``tau_i`` per sample and direction (parameter ``temperature`` of
       shape ``(2, num_samples)``, row 0 for ``a -> b``), same objective per anchor (iSogCLR).
 
-    Learnable temperatures are clamped to ``>= min_temperature`` at every forward pass.
+    Learnable temperatures are clamped to ``>= min_temperature`` before every call
+    ``loss(a, b, index)`` and, in training, by :meth:`after_step`.
 
     Args:
         num_samples: Dataset size ``N``; ``index`` values lie in ``[0, N)``.
@@ -112,6 +130,7 @@ class GlobalContrastiveLoss(nn.Module):
         (True, -1.0)
     """
 
+    accepts_hard_negatives = True
     log_u_a2b: Tensor
     log_u_b2a: Tensor
     epoch: Tensor
@@ -176,6 +195,15 @@ class GlobalContrastiveLoss(nn.Module):
         else:
             self.temperature = nn.Parameter(torch.full((2, self.num_samples), float(temperature)))
 
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> GlobalContrastiveLoss:
+        g = cfg.gcl
+        decay = (g.decay_epochs or ctx.epochs or 1) if g.gamma_schedule == "cosine" else None
+        return cls(ctx.num_samples, temperature=cfg.temperature, gamma=g.gamma,
+                   gamma_schedule=g.gamma_schedule, gamma_min=g.gamma_min, decay_epochs=decay,
+                   symmetric=cfg.symmetric, temperature_mode=g.temperature_mode, rho=g.rho,
+                   block_size=cfg.block_size)
+
     @property
     def current_gamma(self) -> float:
         """The gamma used by the next update (from the schedule and :meth:`set_epoch`)."""
@@ -198,25 +226,6 @@ class GlobalContrastiveLoss(nn.Module):
                 f"gamma={self.gamma}, gamma_schedule={self.gamma_schedule!r}, "
                 f"symmetric={self.symmetric}")
 
-    def _check_index(self, index: object, batch: int) -> Tensor:
-        if not isinstance(index, Tensor):
-            raise CrlTypeError(f"{_WHERE}: `index` must be a torch.Tensor; got {describe(index)}")
-        if index.dtype.is_floating_point or index.dtype == torch.bool or index.is_complex():
-            raise CrlTypeError(f"{_WHERE}: `index` must have an integer dtype; got {index.dtype}")
-        if index.shape != (batch,):
-            raise CrlValueError(f"{_WHERE}: `index` must have shape ({batch},) to match `a`; "
-                                f"got {tuple(index.shape)}")
-        index = index.to(torch.int64)
-        low, high = int(index.min()), int(index.max())
-        if low < 0 or high >= self.num_samples:
-            raise CrlValueError(f"{_WHERE}: `index` must hold dataset indices in "
-                                f"[0, {self.num_samples - 1}]; got values in [{low}, {high}]")
-        if torch.unique(index).numel() != batch:
-            raise CrlValueError(f"{_WHERE}: `index` must not repeat a sample within a batch "
-                                f"(each sample has one u per direction); got {batch} indices "
-                                f"with {batch - torch.unique(index).numel()} duplicate(s)")
-        return index
-
     def _update(self, state: Tensor, index: Tensor, log_g_hat: Tensor) -> Tensor:
         """Write the moving average of ``log_g_hat (A,)`` into ``state[index]``; return log u."""
         idx = index.to(state.device)
@@ -230,10 +239,12 @@ class GlobalContrastiveLoss(nn.Module):
         return new_log.to(device=log_g_hat.device, dtype=log_g_hat.dtype)
 
     def _direction(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None, index: Tensor,
-                   rows: slice, tau: Tensor, state: Tensor) -> tuple[Tensor, int]:
-        """One direction for the anchors ``x[rows]`` against all candidates ``y (B, D)``:
-        ``(sum over the anchors with a negative of tau g_hat / u, their number)``; ``mask`` is
-        the ``(h, B)`` rows' mask, a :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``."""
+                   rows: slice, tau: Tensor, state: Tensor, extra: Tensor | None
+                   ) -> tuple[Tensor, Tensor]:
+        """One direction for the anchors ``x[rows]`` against all candidates ``y (B, D)`` (and
+        their own ``extra (h, H, D)``): ``(tau g_hat / u of the anchors with a negative (A,),
+        which anchors those are (h,) bool)``; ``mask`` is the ``(h, B)`` rows' mask, a
+        :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``."""
         h, batch = rows.stop - rows.start, y.shape[0]
         tau_rows = tau if tau.dim() == 0 else tau[rows]  # () or (h,)
         if self.block_size is None and h * batch <= PLAIN_MAX_BATCH ** 2:
@@ -242,26 +253,37 @@ class GlobalContrastiveLoss(nn.Module):
             if mask is not None and not isinstance(mask, Tensor):
                 mask = mask.mask(index[rows], index)
             negatives = anchor_negatives(mask, rows, batch, x.device)
-            has = negatives.any(dim=1).nonzero().squeeze(1)  # (A,) local anchors with one
+            counted = negatives.any(dim=1) if extra is None else \
+                torch.ones(h, dtype=torch.bool, device=x.device)
+            has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
-                return self._nothing(x, y, tau), 0
-            s = x[rows][has] @ y.T  # (A, B)
+                return self._nothing(x, y, tau).expand(0), counted
+            anchors = x[rows][has]  # (A, D)
+            s = anchors @ y.T  # (A, B)
             positive = s.gather(1, (has + rows.start).unsqueeze(1))  # (A, 1): s_ii
             tau_a = tau_rows if tau_rows.dim() == 0 else tau_rows[has].unsqueeze(1)
             delta = (s - positive) / tau_a  # (A, B)
-            count = negatives[has].sum(dim=1).to(delta.dtype)
-            log_g_hat = masked_logsumexp(delta, negatives[has], dim=1) - torch.log(count)
+            allowed = negatives[has]
+            count = allowed.sum(dim=1).to(delta.dtype)
+            if extra is not None:  # anchor i's own hard negatives: (A, H) more columns
+                delta = torch.cat([delta, (hard_scores(anchors, extra[has]) - positive) / tau_a],
+                                  dim=1)
+                allowed = torch.cat([allowed, allowed.new_ones(has.numel(), extra.shape[1])],
+                                    dim=1)
+                count = count + extra.shape[1]
+            log_g_hat = masked_logsumexp(delta, allowed, dim=1) - torch.log(count)
         else:
             out = anchor_logsumexp(x[rows], y, 1.0 / tau_rows, offset=rows.start,
                                    include_positive=False, negatives_mask=mask,
                                    anchor_index=index[rows], candidate_index=index,
-                                   block_size=self.block_size)
-            has = (out.counts > 0).nonzero().squeeze(1)  # (A,) local anchors with a negative
+                                   block_size=self.block_size, extra=extra)
+            counted = out.counts > 0
+            has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
-                return self._nothing(x, y, tau), 0
+                return self._nothing(x, y, tau).expand(0), counted
             count = out.counts[has].to(out.lse.dtype)
             log_g_hat = out.lse[has] - out.positive[has] - torch.log(count)  # (A,)
-        return self._surrogate(rows.start + has, log_g_hat, index, tau, state), has.numel()
+        return self._surrogate(rows.start + has, log_g_hat, index, tau, state), counted
 
     @staticmethod
     def _nothing(x: Tensor, y: Tensor, tau: Tensor) -> Tensor:
@@ -271,19 +293,19 @@ class GlobalContrastiveLoss(nn.Module):
     def _surrogate(self, rows: Tensor, log_g_hat: Tensor, index: Tensor, tau: Tensor,
                    state: Tensor) -> Tensor:
         """Update ``u`` of the anchors ``rows`` (batch positions) and return
-        ``sum tau * g_hat / u`` over them."""
+        ``tau * g_hat / u`` of each ``(A,)``."""
         log_u = self._update(state, index[rows], log_g_hat)  # (A,), detached
         ratio = torch.exp(log_g_hat - log_u)  # g_hat / u <= 1 / gamma
         tau_a = tau if tau.dim() == 0 else tau[rows]  # () or (A,)
         if self.temperature_mode == "fixed":
-            return (tau_a * ratio).sum()
+            return tau_a * ratio
         # Value tau (log u + rho); gradient tau grad(g_hat)/u (model) and
         # log u + tau g_hat'/u + rho (temperature), as FastCLIP-v3 / iSogCLR.
-        return (tau_a * (ratio - ratio.detach() + log_u + self.rho)).sum()
+        return tau_a * (ratio - ratio.detach() + log_u + self.rho)
 
     def forward(self, a: Tensor, b: Tensor, index: Tensor,
                 negatives_mask: Tensor | TileMask | None = None, *,
-                rows: slice | None = None) -> Tensor:
+                rows: slice | None = None, hard: Tensor | None = None) -> Tensor:
         """The GCL surrogate of a batch; updates the ``u`` estimates of the batch's samples.
 
         Args:
@@ -298,39 +320,28 @@ class GlobalContrastiveLoss(nn.Module):
                 rank's own samples among all-gathered ones) against all ``B`` candidates, and
                 update only their ``u``. ``negatives_mask`` may then also be the rows' own
                 ``(h, B)`` mask. Default: every anchor.
+            hard: Optional ``(B, H, D)`` hard negatives of each anchor (view b).
 
         Returns:
             0-dim tensor: the mean over the (selected) anchors that have a negative (0 with a
-            working graph when none has).
+            working graph when none has). Under ``torchrun`` use the training objective
+            (:func:`crl.losses.build_objective`), whose share divides by the global count.
 
         Raises:
             CrlValueError / CrlTypeError: on bad shapes, NaN inputs, indices out of range or
-                repeated, a mask of the wrong shape or dtype, or a bad ``rows``.
-        """
-        total, count = self.forward_sum(a, b, index, negatives_mask, rows=rows)
-        return total / max(count, 1)
-
-    def forward_sum(self, a: Tensor, b: Tensor, index: Tensor,
-                    negatives_mask: Tensor | TileMask | None = None, *,
-                    rows: slice | None = None) -> tuple[Tensor, int]:
-        """:meth:`forward` before its mean: ``(sum of the surrogate over the anchors that have a
-        negative, their number A)``, so that ``forward = sum / A``.
-
-        Distributed training divides each rank's sum by the number of such anchors in the
-        whole global batch, which the ranks add up (see ``crl.train.Objective``).
+                repeated, a mask of the wrong shape or dtype, a bad ``rows`` or ``hard``.
 
         Example:
             >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
-            >>> total, count = loss.forward_sum(torch.eye(4), torch.eye(4), torch.arange(4),
-            ...                                 rows=slice(2, 4))
-            >>> float(total), count  # first visits: every ratio is 1
-            (2.0, 2)
+            >>> float(loss(torch.eye(4), torch.eye(4), torch.arange(4), rows=slice(2, 4)))
+            1.0
         """
         a, b = check_pair(_WHERE, a, b)
         dtype = compute_dtype(a, b)
         a, b = upcast(a, dtype), upcast(b, dtype)
         batch = a.shape[0]
-        index = self._check_index(index, batch).to(a.device)
+        index = check_index(_WHERE, "index", index, length=batch, num_samples=self.num_samples,
+                            distinct=True).to(a.device)
         rows = check_rows(_WHERE, rows, batch)
         h = rows.stop - rows.start
         mask: Tensor | TileMask | None = negatives_mask
@@ -348,18 +359,51 @@ class GlobalContrastiveLoss(nn.Module):
                                    f"tensor or a TileMask; got {describe(negatives_mask)}")
             # Asked once for both directions and the backward pass when the block is not huge.
             mask = densify(negatives_mask, index[rows], index)
+        if hard is not None:
+            hard = upcast(check_hard(_WHERE, hard, a), dtype)
         if self.temperature_mode != "fixed":
             with torch.no_grad():  # only when needed: an in-place write would bump its version
                 if bool((self.temperature < self.min_temperature).any()):
-                    self.temperature.clamp_(min=self.min_temperature)
+                    self.after_step()
+        return reduce_terms(self.terms(PairBatch(a, b, index, None, rows, mask, hard),
+                                       share_state=False), world=1)
+
+    def terms(self, batch: PairBatch, *, share_state: bool = True) -> AnchorTerms:
+        """Per-anchor surrogates of ``batch.rows`` (the two directions when ``symmetric``);
+        updates their ``u`` and, under ``torchrun`` with ``share_state``, gives every rank the
+        ``u`` that each rank updated for its own rows. No checks."""
+        dtype = compute_dtype(batch.za, batch.zb)
+        a, b = upcast(batch.za, dtype), upcast(batch.zb, dtype)
+        index, rows = batch.index, batch.rows
+        hard = batch.hard_rows()
         # The same sample-indexed mask serves both directions, hence (b, a) in the second.
-        total, count = self._direction(a, b, mask, index, rows, self._tau(0, index, dtype),
-                                       self.log_u_a2b)
+        first, counted = self._direction(a, b, batch.negatives, index, rows,
+                                         self._tau(0, index, dtype), self.log_u_a2b, hard)
+        values = [expand_counted(first, counted, batch.size)]
         if self.symmetric:
-            other, _ = self._direction(b, a, mask, index, rows, self._tau(1, index, dtype),
-                                       self.log_u_b2a)
-            total = 0.5 * (total + other)
-        return total, count
+            other, other_counted = self._direction(b, a, batch.negatives, index, rows,
+                                                   self._tau(1, index, dtype), self.log_u_b2a,
+                                                   None)
+            values.append(expand_counted(other, other_counted, batch.size))
+        if share_state and distributed.is_active() and distributed.world_size() > 1:
+            for state in (self.log_u_a2b, self.log_u_b2a):
+                where = index.to(state.device)
+                state[where] = distributed.all_gather_tensor(state[where[rows]])
+        return AnchorTerms(tuple(values), counted)
+
+    def after_step(self) -> None:
+        """Clamp learnable temperatures to ``>= min_temperature``."""
+        if self.temperature_mode != "fixed":
+            with torch.no_grad():
+                self.temperature.clamp_(min=self.min_temperature)
+
+    def logs(self) -> dict[str, float]:
+        return {"train/gcl_gamma": self.current_gamma}
+
+    def risk_temperature(self) -> float:
+        if self.temperature_mode != "fixed":
+            return float(self.temperature.detach().mean())  # per-sample: their mean
+        return float(self.temperature)
 
     def _tau(self, direction: int, index: Tensor, dtype: torch.dtype) -> Tensor:
         """The temperature of a direction: 0-dim, or ``(B,)`` in the per-sample mode."""

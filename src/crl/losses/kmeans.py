@@ -30,8 +30,39 @@ def relaxed_kmeans(z: Tensor, k: int) -> Tensor:
     where = "relaxed_kmeans"
     z = check_tensor(where, "z", z, ndim=2)
     check_int_range(where, "k", k, 1, z.shape[1])
+    return relaxed_kmeans_unchecked(z, k)
+
+
+def relaxed_kmeans_unchecked(z: Tensor, k: int) -> Tensor:
+    """:func:`relaxed_kmeans` without input checks (the trainer's embeddings)."""
     z = upcast(z, compute_dtype(z))
     gram = z.T @ z if z.shape[1] <= z.shape[0] else z @ z.T  # (min(B, D), min(B, D))
     eigenvalues: Tensor = torch.linalg.eigvalsh(gram)  # ascending
     keep = max(eigenvalues.shape[0] - k, 0)
     return eigenvalues[:keep].sum()
+
+
+class RelaxedKMeans:
+    """The relaxed k-means regulariser added to a training objective: ``weight`` times the
+    mean of :func:`relaxed_kmeans` of both views, with ``k`` clusters (at most ``D``).
+
+    Computed on the whole batch by every rank, so the mean over ranks is unchanged.
+
+    Example:
+        >>> z = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+        >>> value, logs = RelaxedKMeans(0.5, 1)(z, z)
+        >>> float(value), logs
+        (0.5, {'train/relaxed_kmeans': 1.0})
+    """
+
+    def __init__(self, weight: float, k: int) -> None:
+        self.weight = float(weight)
+        self.k = int(k)
+
+    def __call__(self, za: Tensor, zb: Tensor) -> tuple[Tensor, dict[str, float]]:
+        k = min(self.k, za.shape[1])
+        regulariser = 0.5 * (relaxed_kmeans_unchecked(za, k) + relaxed_kmeans_unchecked(zb, k))
+        return self.weight * regulariser, {"train/relaxed_kmeans": float(regulariser.detach())}
+
+
+__all__ = ["RelaxedKMeans", "relaxed_kmeans", "relaxed_kmeans_unchecked"]

@@ -8,7 +8,8 @@ row needs one). Both return the mean over anchors of a per-row quantity.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,17 @@ from crl._validation import (
     upcast,
 )
 from crl.errors import CrlValueError
-from crl.losses._common import masked_logsumexp
+from crl.losses._common import (
+    anchor_negatives,
+    expand_counted,
+    masked_logsumexp,
+    other_direction,
+)
+from crl.losses.contrastive import dense_negatives
+from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
 
 OCE_PHIS = ("kl", "cvar", "softplus")
 PAIRWISE_LOSSES = ("logistic", "exponential", "squared_hinge", "hinge")
@@ -125,11 +136,7 @@ def oce_risk(
         if temperature is None:
             raise CrlValueError(f"{where}: phi='kl' needs `temperature` (tau > 0); got None")
         check_positive(where, "temperature", temperature)
-        count = mask.sum(dim=1).to(delta.dtype)
-        per_row = temperature * (masked_logsumexp(delta / temperature, mask, dim=1)
-                                 - torch.log(count))
-        return per_row.mean()
-    if phi == "cvar":
+    elif phi == "cvar":
         if alpha is None:
             raise CrlValueError(f"{where}: phi='cvar' needs `alpha` in (0, 1]; got None")
         check_positive(where, "alpha", alpha, allow_tensor=False)
@@ -137,11 +144,24 @@ def oce_risk(
             raise CrlValueError(
                 f"{where}: `alpha` must be in (0, 1] (phi'(0) must contain 1); got {alpha}"
             )
-        return _cvar(delta, mask, float(alpha)).mean()
+    return oce_rows(delta, mask, phi=phi, temperature=temperature, alpha=alpha).mean()
+
+
+def oce_rows(delta: Tensor, mask: Tensor, *, phi: str, temperature: float | Tensor | None,
+             alpha: float | None) -> Tensor:
+    """``(B,)``: :func:`oce_risk` of each row before the mean over anchors (no checks)."""
+    if phi == "kl":
+        assert temperature is not None
+        count = mask.sum(dim=1).to(delta.dtype)
+        return temperature * (masked_logsumexp(delta / temperature, mask, dim=1)
+                              - torch.log(count))
+    if phi == "cvar":
+        assert alpha is not None
+        return _cvar(delta, mask, float(alpha))
     mu = _softplus_argmin(delta, mask)  # (B,), no grad: envelope theorem
     count = mask.sum(dim=1).to(delta.dtype)
     inner = (_softplus_phi(delta - mu.unsqueeze(1)) * mask).sum(dim=1) / count
-    return (mu + inner).mean()
+    return mu + inner
 
 
 def pairwise_risk(
@@ -171,6 +191,11 @@ def pairwise_risk(
     where = "pairwise_risk"
     check_choice(where, "loss", loss, PAIRWISE_LOSSES)
     delta, mask = _prepare(where, delta, mask)
+    return pairwise_rows(delta, mask, loss=loss).mean()
+
+
+def pairwise_rows(delta: Tensor, mask: Tensor, *, loss: str) -> Tensor:
+    """``(B,)``: :func:`pairwise_risk` of each row before the mean over anchors (no checks)."""
     if loss == "logistic":
         values = F.softplus(delta)
     elif loss == "exponential":
@@ -180,4 +205,86 @@ def pairwise_risk(
     else:
         values = torch.clamp(1.0 + delta, min=0.0)
     count = mask.sum(dim=1).to(delta.dtype)
-    return ((values * mask).sum(dim=1) / count).mean()
+    return (values * mask).sum(dim=1) / count
+
+
+def delta_terms(batch: PairBatch, symmetric: bool,
+                risk: Callable[[Tensor, Tensor], Tensor]) -> AnchorTerms:
+    """Terms ``risk(Delta_i, negatives_i)`` of the rows that have a negative, with
+    ``Delta_ij = s_ij - s_ii`` over anchor ``i``'s negatives, in one or both directions (the
+    sample-indexed mask serves both). No checks."""
+    rows, start, h = batch.rows, int(batch.rows.start), batch.size
+    own = torch.arange(h, device=batch.za.device)
+    negatives = anchor_negatives(dense_negatives(batch), rows, batch.za.shape[0],
+                                 batch.za.device)
+    has = negatives.any(dim=1)
+    scores = batch.za[rows] @ batch.zb.T  # (h, B)
+    values = []
+    for direction in range(2 if symmetric else 1):
+        s = scores if direction == 0 else other_direction(scores, batch.za, batch.zb, rows,
+                                                           batch.whole)
+        delta = (s - s[own, own + start].unsqueeze(1))[has]  # (A, B)
+        values.append(expand_counted(risk(delta, negatives[has]), has, h))
+    return AnchorTerms(tuple(values), has)
+
+
+class OCELoss(PairObjective):
+    """The OCE risk (:func:`oce_risk`) of ``Delta_ij = s_ij - s_ii`` over each anchor's
+    negatives, as a training objective.
+
+    Example:
+        >>> from crl.losses.objective import PairBatch, reduce_terms
+        >>> loss = OCELoss("cvar", alpha=1.0, symmetric=False)
+        >>> batch = PairBatch(torch.eye(3), torch.eye(3), torch.arange(3), None, slice(0, 3))
+        >>> float(reduce_terms(loss.terms(batch), world=1))  # every Delta is -1
+        -1.0
+    """
+
+    def __init__(self, phi: str = "kl", *, temperature: float = 0.1, alpha: float = 0.1,
+                 symmetric: bool = True) -> None:
+        super().__init__()
+        self.phi = check_choice("OCELoss", "phi", phi, OCE_PHIS)
+        check_positive("OCELoss", "temperature", temperature, allow_tensor=False)
+        self.temperature = float(temperature)
+        self.alpha = float(alpha)
+        self.symmetric = bool(symmetric)
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> OCELoss:
+        return cls(cfg.oce.phi, temperature=cfg.temperature, alpha=cfg.oce.alpha,
+                   symmetric=cfg.symmetric)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        return delta_terms(batch, self.symmetric, lambda delta, mask: oce_rows(
+            delta, mask, phi=self.phi, temperature=self.temperature, alpha=self.alpha))
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+
+class PairwiseLoss(PairObjective):
+    """A pairwise AUC surrogate (:func:`pairwise_risk`) of ``Delta_ij = s_ij - s_ii`` over
+    each anchor's negatives, as a training objective; ``temperature`` serves the held-out
+    contrastive risk only."""
+
+    def __init__(self, loss: str = "logistic", *, temperature: float = 0.1,
+                 symmetric: bool = True) -> None:
+        super().__init__()
+        self.loss = check_choice("PairwiseLoss", "loss", loss, PAIRWISE_LOSSES)
+        self.temperature = float(temperature)
+        self.symmetric = bool(symmetric)
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> PairwiseLoss:
+        return cls(cfg.pairwise_loss, temperature=cfg.temperature, symmetric=cfg.symmetric)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        return delta_terms(batch, self.symmetric,
+                           lambda delta, mask: pairwise_rows(delta, mask, loss=self.loss))
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+
+__all__ = ["OCE_PHIS", "PAIRWISE_LOSSES", "OCELoss", "PairwiseLoss", "delta_terms", "oce_risk",
+           "oce_rows", "pairwise_risk", "pairwise_rows"]

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from crl._validation import check_finite_scalar, check_pair, check_positive, compute_dtype, upcast
+from crl.losses._common import anchor_negatives
+from crl.losses.contrastive import dense_negatives
+from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
 
 
 def siglip_loss(a: Tensor, b: Tensor, scale: float | Tensor, bias: float | Tensor) -> Tensor:
@@ -42,3 +51,64 @@ def siglip_loss(a: Tensor, b: Tensor, scale: float | Tensor, bias: float | Tenso
     logits = scale * (a @ b.T) + bias  # (B, B)
     signs = 2 * torch.eye(a.shape[0], device=a.device, dtype=dtype) - 1
     return -F.logsigmoid(signs * logits).sum() / a.shape[0]
+
+
+class SigLipLoss(PairObjective):
+    """The SigLIP loss with learnable ``logit_scale`` (init ``log 10``) and ``logit_bias``
+    (init -10), as in Zhai et al. 2023.
+
+    As a training objective anchor ``i``'s term is ``-log sigmoid(L_ii) - sum_{j in neg(i)}
+    log sigmoid(-L_ij)``, ``L = exp(logit_scale) * za @ zb.T + logit_bias``, and every anchor
+    counts (the mean over anchors is :func:`siglip_loss`). ``logit_scale`` is clamped to at
+    most ``max_logit_scale`` by :meth:`after_step` and before every call ``loss(a, b)``.
+
+    Example:
+        >>> loss = SigLipLoss()
+        >>> round(float(loss.logit_scale.detach().exp()), 4), float(loss.logit_bias.detach())
+        (10.0, -10.0)
+    """
+
+    accepts_negative_sets = False
+
+    def __init__(self, init_logit_scale: float = math.log(10.0), init_logit_bias: float = -10.0,
+                 max_logit_scale: float = math.log(100.0), learnable: bool = True) -> None:
+        super().__init__()
+        self.max_logit_scale = float(max_logit_scale)
+        self.logit_scale = nn.Parameter(torch.tensor(float(init_logit_scale)),
+                                        requires_grad=learnable)
+        self.logit_bias = nn.Parameter(torch.tensor(float(init_logit_bias)),
+                                       requires_grad=learnable)
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> SigLipLoss:
+        return cls(learnable=cfg.learnable_scale)
+
+    def clamp_(self) -> None:
+        """Clamp ``logit_scale`` in place to at most ``max_logit_scale``."""
+        with torch.no_grad():
+            self.logit_scale.clamp_(max=self.max_logit_scale)
+
+    def after_step(self) -> None:
+        self.clamp_()
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        self.clamp_()
+        return siglip_loss(a, b, self.logit_scale.exp(), self.logit_bias)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        rows, start = batch.rows, int(batch.rows.start)
+        logits = self.logit_scale.exp() * (batch.za[rows] @ batch.zb.T) + self.logit_bias  # (h, B)
+        own = torch.arange(batch.size, device=logits.device)
+        negatives = anchor_negatives(dense_negatives(batch), rows, logits.shape[1], logits.device)
+        positive = -F.logsigmoid(logits[own, own + start])
+        return AnchorTerms((positive - (F.logsigmoid(-logits) * negatives).sum(dim=1),))
+
+    def logs(self) -> dict[str, float]:
+        return {"train/logit_scale": float(self.logit_scale.detach().exp()),
+                "train/logit_bias": float(self.logit_bias.detach())}
+
+    def risk_temperature(self) -> float:
+        return 1.0 / float(self.logit_scale.detach().exp())
+
+
+__all__ = ["SigLipLoss", "siglip_loss"]

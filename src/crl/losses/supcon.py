@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from crl._validation import check_positive, check_tensor, compute_dtype, describe, upcast
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
+from crl.losses.objective import (
+    AnchorTerms,
+    ObjectiveContext,
+    PairBatch,
+    PairObjective,
+    reduce_terms,
+)
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
 
 
 def supcon_loss(z: Tensor, labels: Tensor, *, temperature: float | Tensor = 0.1) -> Tensor:
@@ -49,20 +61,73 @@ def supcon_loss(z: Tensor, labels: Tensor, *, temperature: float | Tensor = 0.1)
     z = upcast(z, compute_dtype(z))
     labels = labels.to(z.device)
 
-    n = z.shape[0]
-    eye = torch.eye(n, dtype=torch.bool, device=z.device)
-    logits = (z @ z.T) / temperature  # (N, N)
-    others = ~eye
-    log_denominator = masked_logsumexp(logits, others, dim=1)  # (N,)
-    positives = (labels.unsqueeze(0) == labels.unsqueeze(1)) & others  # (N, N)
-    num_pos = positives.sum(dim=1)
-    has_pos = num_pos > 0
-    if not bool(has_pos.any()):
+    terms = supcon_terms(z, labels, torch.arange(z.shape[0], device=z.device), temperature)
+    assert terms.counted is not None
+    if not bool(terms.counted.any()):
         raise CrlValueError(
             f"{where}: no anchor has another sample with its label, so the loss is undefined; "
             "give at least two samples of some class (e.g. two views per image)"
         )
-    log_prob = logits - log_denominator.unsqueeze(1)  # (N, N)
-    pos_sum = (log_prob * positives).sum(dim=1)
-    per_anchor = -pos_sum[has_pos] / num_pos[has_pos].to(z.dtype)
-    return per_anchor.mean()
+    return reduce_terms(terms, world=1)
+
+
+def supcon_terms(z: Tensor, groups: Tensor, anchors: Tensor, temperature: float | Tensor
+                 ) -> AnchorTerms:
+    """SupCon ``L_out`` terms of the anchors ``z[anchors]`` against all of ``z (N, D)``; the
+    positives of anchor ``a`` are the other rows with its group. Anchors without a positive do
+    not count. No checks."""
+    logits = (z[anchors] @ z.T) / temperature  # (A, N)
+    own = torch.arange(anchors.shape[0], device=z.device)
+    others = torch.ones_like(logits, dtype=torch.bool)
+    others[own, anchors] = False
+    log_denominator = masked_logsumexp(logits, others, dim=1)  # (A,)
+    positives = (groups[anchors].unsqueeze(1) == groups.unsqueeze(0)) & others  # (A, N)
+    num_pos = positives.sum(dim=1)
+    log_prob = logits - log_denominator.unsqueeze(1)  # (A, N)
+    values = -(log_prob * positives).sum(dim=1) / num_pos.clamp(min=1).to(z.dtype)
+    return AnchorTerms((values,), num_pos > 0)
+
+
+class SupConLoss(PairObjective):
+    """:func:`~crl.losses.supcon_loss` with a fixed temperature.
+
+    As a training objective the anchors are both views of the rows asked for, against both
+    views of the whole batch; positives share a label (labelled data) or, without labels, an
+    index (the two views of one item: SimCLR's NT-Xent).
+
+    Example:
+        >>> z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+        >>> round(float(SupConLoss(temperature=1.0)(z, torch.tensor([0, 0, 1, 1]))), 4)
+        0.5514
+    """
+
+    accepts_negative_sets = False
+
+    def __init__(self, temperature: float = 0.1, *, use_labels: bool = True) -> None:
+        super().__init__()
+        check_positive("SupConLoss", "temperature", temperature, allow_tensor=False)
+        self.temperature = float(temperature)
+        self.use_labels = bool(use_labels)
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> SupConLoss:
+        return cls(cfg.temperature, use_labels=ctx.labelled)
+
+    def forward(self, z: Tensor, labels: Tensor) -> Tensor:
+        return supcon_loss(z, labels, temperature=self.temperature)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        groups = batch.labels if self.use_labels and batch.labels is not None else batch.index
+        width = batch.za.shape[0]
+        rows = torch.arange(int(batch.rows.start), int(batch.rows.stop), device=batch.za.device)
+        return supcon_terms(torch.cat([batch.za, batch.zb]), torch.cat([groups, groups]),
+                            torch.cat([rows, rows + width]), self.temperature)
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}"
+
+
+__all__ = ["SupConLoss", "supcon_loss", "supcon_terms"]

@@ -130,10 +130,7 @@ def build_model(cfg: ModelConfig, info: DataInfo) -> DualEncoder:
         tower_a, tower_b, featurizer = transformer_towers(cfg)
     else:
         tower_a, tower_b, featurizer = _own_towers(kind, cfg, info)
-    return DualEncoder(tower_a, tower_b, normalize=cfg.normalize,
-                       init_logit_scale=cfg.init_logit_scale,
-                       learn_logit_scale=cfg.learn_logit_scale,
-                       max_logit_scale=cfg.max_logit_scale, text_featurizer=featurizer)
+    return DualEncoder(tower_a, tower_b, normalize=cfg.normalize, text_featurizer=featurizer)
 
 
 def _own_towers(kind: str, cfg: ModelConfig,

@@ -44,9 +44,11 @@ class ModelConfig(BaseModel):
         shared_tower: One tower for both views (SimCLR-style); None: True for images, for
             ``embedding_bag`` and for ``transformer`` text towers, else False.
         normalize: L2-normalise the outputs.
-        init_logit_scale: Initial ``log(1/tau)`` (CLIP: ``log(1/0.07)``).
+        init_logit_scale: Initial ``log(1/tau)`` of the CLIP loss (``log(1/0.07)``); its
+            ``logit_scale`` lives in the objective (:class:`crl.losses.ClipLoss`).
         learn_logit_scale: Train ``logit_scale`` (else it stays at its initial value).
-        max_logit_scale: ``clamp_logit_scale_`` keeps ``exp(logit_scale) <= max_logit_scale``.
+        max_logit_scale: The objective clamps ``exp(logit_scale) <= max_logit_scale`` after
+            every optimiser step.
         cnn_channels: Channels of the CNN's convolution layers.
         token_dim: Width of the ``embedding_bag`` token embeddings.
         max_tokens: Tokens kept per text by ``embedding_bag``.

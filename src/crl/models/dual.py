@@ -1,11 +1,10 @@
-"""``DualEncoder``: two towers (or one shared tower) and a learnable ``logit_scale``."""
+"""``DualEncoder``: two towers (or one shared tower). The learnable logit scale of the CLIP loss
+lives in the objective (:class:`crl.losses.ClipLoss`), not here."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -18,7 +17,7 @@ TextFeaturizer = Callable[[Sequence[str]], Tensor]
 
 
 class DualEncoder(nn.Module):
-    """CLIP-style dual encoder: ``za = f(x)``, ``zb = g(y)``, scores ``exp(logit_scale) za.zb``.
+    """CLIP-style dual encoder: ``za = f(x)``, ``zb = g(y)``, scored by the objective.
 
     Pass the same module as both towers for SimCLR-style training with one shared tower (its
     parameters are then counted once by ``parameters()``).
@@ -27,9 +26,6 @@ class DualEncoder(nn.Module):
         tower_a: Encoder of view a, ``(B, ...) -> (B, D)``.
         tower_b: Encoder of view b, ``(B, ...) -> (B, D)`` (may be ``tower_a``).
         normalize: L2-normalise the outputs.
-        init_logit_scale: Initial ``log(1/tau)`` (CLIP: ``log(1/0.07)``, THEORY.md section 1).
-        learn_logit_scale: If False, ``logit_scale`` does not require grad.
-        max_logit_scale: ``clamp_logit_scale_`` keeps ``exp(logit_scale) <= max_logit_scale``.
         text_featurizer: For text towers, maps texts to tensors in ``prepare``.
 
     Example:
@@ -40,24 +36,11 @@ class DualEncoder(nn.Module):
     """
 
     def __init__(self, tower_a: nn.Module, tower_b: nn.Module, *, normalize: bool = True,
-                 init_logit_scale: float = math.log(1 / 0.07), learn_logit_scale: bool = True,
-                 max_logit_scale: float = 100.0,
                  text_featurizer: TextFeaturizer | None = None) -> None:
         super().__init__()
-        if not math.isfinite(init_logit_scale):
-            raise CrlValueError(
-                f"DualEncoder: `init_logit_scale` must be finite; got {init_logit_scale}"
-            )
-        if not max_logit_scale > 0:
-            raise CrlValueError(
-                f"DualEncoder: `max_logit_scale` must be positive; got {max_logit_scale}"
-            )
         self.tower_a = tower_a
         self.tower_b = tower_b
         self.normalize = normalize
-        self.max_logit_scale = max_logit_scale
-        self.logit_scale = nn.Parameter(torch.tensor(float(init_logit_scale)),
-                                        requires_grad=learn_logit_scale)
         self.text_featurizer = text_featurizer
 
     @property
@@ -91,11 +74,6 @@ class DualEncoder(nn.Module):
     def forward(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """``(za, zb)``, each ``(B, D)``."""
         return self.encode_a(x), self.encode_b(y)
-
-    @torch.no_grad()
-    def clamp_logit_scale_(self) -> None:
-        """Clamp ``logit_scale`` in place so that ``exp(logit_scale) <= max_logit_scale``."""
-        self.logit_scale.clamp_(max=math.log(self.max_logit_scale))
 
     def prepare(self, dataset: PairDataset) -> PairDataset:
         """Turn a text data set into a tensor data set, once, before training or evaluation.

@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from crl._validation import check_choice, check_int_range, describe
+from crl._validation import check_choice, check_index, check_int_range, describe
 from crl.errors import CrlTypeError, CrlValueError
 from crl.negatives.permutation import CHUNK, MAX_N, permute, round_keys
 
@@ -25,24 +25,6 @@ _SLICE = 16 * CHUNK
 
 Regime = Literal["shared", "independent"]
 REGIMES: tuple[str, ...] = ("shared", "independent")
-
-
-def _check_index(where: str, name: str, index: object, n: int) -> Tensor:
-    if not isinstance(index, Tensor):
-        raise CrlTypeError(f"{where}: `{name}` must be a torch.Tensor; got {describe(index)}")
-    if index.dim() != 1:
-        raise CrlValueError(f"{where}: `{name}` must be 1-D (B,); got shape {tuple(index.shape)}")
-    if index.dtype.is_floating_point or index.dtype == torch.bool or index.is_complex():
-        raise CrlTypeError(f"{where}: `{name}` must have an integer dtype; got {index.dtype}")
-    index = index.to(torch.int64)
-    if index.numel() > 0:
-        low, high = int(index.min()), int(index.max())
-        if low < 0 or high >= n:
-            raise CrlValueError(
-                f"{where}: `{name}` must hold dataset indices in [0, {n - 1}]; "
-                f"got values in [{low}, {high}]"
-            )
-    return index
 
 
 def _check_labels(where: str, name: str, labels: object, length: int) -> Tensor:
@@ -125,9 +107,17 @@ class NegativeSets:
             CrlValueError / CrlTypeError: if an index is not a 1-D integer tensor in ``[0, n)``.
         """
         where = "NegativeSets.mask"
-        anchors = _check_index(where, "anchor_index", anchor_index, self.n)
-        candidates = _check_index(where, "candidate_index", candidate_index, self.n)
-        candidates = candidates.to(anchors.device)
+        anchors = check_index(where, "anchor_index", anchor_index, num_samples=self.n)
+        candidates = check_index(where, "candidate_index", candidate_index, num_samples=self.n)
+        return self._block(anchors, candidates.to(anchors.device))
+
+    def trusted(self) -> TrustedSets:
+        """These sets asked without index checks (no host synchronisation), for indices known
+        to be valid: the trainer's batches."""
+        return TrustedSets(self)
+
+    def _block(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        """:meth:`mask` of int64 indices in ``[0, n)`` on one device, without checks."""
         b, k = anchors.numel(), candidates.numel()
         if self.regime == "shared" or b * k <= 2 * _SLICE or b == 1:
             return self._mask(anchors, candidates)  # shared: one permutation of the candidates
@@ -240,6 +230,20 @@ class NegativeSets:
         return math.exp(log_p)
 
 
+class TrustedSets:
+    """:class:`NegativeSets` asked without checks (:meth:`NegativeSets.trusted`): a
+    :class:`~crl.losses.TileMask` for indices known to be valid."""
+
+    def __init__(self, sets: NegativeSets) -> None:
+        self.sets = sets
+
+    def mask(self, anchor_index: Tensor, candidate_index: Tensor, /) -> Tensor:
+        """``(B, K)`` bool, as :meth:`NegativeSets.mask` (indices not checked)."""
+        return self.sets._block(anchor_index.to(torch.int64),
+                                candidate_index.to(device=anchor_index.device,
+                                                   dtype=torch.int64))
+
+
 def rows_with_negatives(mask: Tensor) -> Tensor:
     """``(B,)`` bool: which rows of a ``(B, K)`` negatives mask have at least one True entry.
 
@@ -254,4 +258,4 @@ def rows_with_negatives(mask: Tensor) -> Tensor:
     return mask.any(dim=1)
 
 
-__all__ = ["REGIMES", "NegativeSets", "Regime", "rows_with_negatives"]
+__all__ = ["REGIMES", "NegativeSets", "Regime", "TrustedSets", "rows_with_negatives"]

@@ -17,8 +17,10 @@ import torch
 from torch import Tensor, nn
 from torch.optim import SGD, AdamW, Optimizer
 
+from crl import losses
 from crl.data import load_data
 from crl.errors import CrlValueError
+from crl.losses.objective import LogitScaleInit
 from crl.models import DualEncoder, build_model
 from crl.train.config import OptimConfig, TrainConfig
 from crl.train.objective import Objective
@@ -70,8 +72,11 @@ def trainable(modules: list[nn.Module]) -> list[nn.Parameter]:
 def build_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | None,
                     epochs: int, num_classes: int | None) -> Objective:
     """The training objective of a config (the loss, its negatives and its learnable state)."""
-    return Objective(config.loss, config.negatives, num_samples=num_samples, labels=labels,
-                     epochs=epochs, num_classes=num_classes)
+    scale = LogitScaleInit(config.model.init_logit_scale, config.model.max_logit_scale,
+                           config.model.learn_logit_scale)  # CLIP's logit scale lives in it
+    return losses.build_objective(config.loss, config.negatives, num_samples=num_samples,
+                                  labels=labels, epochs=epochs, num_classes=num_classes,
+                                  logit_scale=scale)
 
 
 @dataclass

@@ -20,77 +20,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from crl.data.config import DataConfig
+from crl.losses.config import GclOptions, LossConfig, OceOptions
 from crl.models.config import ModelConfig
 from crl.negatives.config import NegativesConfig
-
-LossName = Literal["info_nce", "clip", "siglip", "supcon", "gcl", "oce", "pairwise"]
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class GclOptions(_Section):
-    """Options of the global contrastive loss (GCL).
-
-    Attributes:
-        gamma: Moving-average weight of the new estimate of ``u`` (constant schedule).
-        gamma_schedule: ``"constant"`` or ``"cosine"`` (1 down to ``gamma_min`` over
-            ``decay_epochs``, default: the run's epochs).
-        gamma_min: Final gamma of the cosine schedule.
-        decay_epochs: Epochs of the cosine decay (None: the number of epochs of the run).
-        temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
-        rho: The KL-radius term of the learnable-temperature objective.
-    """
-
-    gamma: float = Field(0.9, gt=0, le=1)
-    gamma_schedule: Literal["constant", "cosine"] = "constant"
-    gamma_min: float = Field(0.2, gt=0, le=1)
-    decay_epochs: int | None = Field(None, ge=1)
-    temperature_mode: Literal["fixed", "global_learnable", "per_sample"] = "fixed"
-    rho: float = 6.5
-
-
-class OceOptions(_Section):
-    """The OCE risk's ``phi`` (``"kl"`` uses ``loss.temperature``) and CVaR's ``alpha``."""
-
-    phi: Literal["kl", "cvar", "softplus"] = "kl"
-    alpha: float = Field(0.1, gt=0, le=1)
-
-
-class LossConfig(_Section):
-    """The ``loss`` section: which contrastive loss, and its hyperparameters.
-
-    Attributes:
-        name: ``info_nce`` (NT-Xent / InfoNCE at a fixed temperature), ``clip`` (the model's
-            learnable ``logit_scale``), ``siglip`` (its own learnable scale and bias), ``supcon``
-            (labels, or the two views of an index, as positives), ``gcl``, ``oce``, ``pairwise``.
-        temperature: ``tau`` of info_nce, supcon, gcl, oce (``phi="kl"``) and of the held-out
-            contrastive risk.
-        symmetric: Average the ``a -> b`` and ``b -> a`` directions.
-        learnable_scale: Train SigLIP's scale and bias (False: keep the initial values); CLIP's
-            ``logit_scale`` follows ``model.learn_logit_scale``.
-        gcl: GCL options.
-        oce: OCE options.
-        pairwise_loss: The surrogate of ``pairwise``.
-        kmeans_weight: Weight of the relaxed k-means regulariser (0: off).
-        kmeans_k: Its number of clusters (None: the data's number of classes, else 10).
-        block_size: Compute ``info_nce``, ``clip`` and ``gcl`` exactly over tiles of this side
-            (memory ``O(B·D + T²)`` instead of ``B²``; the same values and gradients). For
-            ``info_nce``/``clip`` it applies with in-batch negatives; ``gcl`` also asks negative
-            sets tile by tile. None: the plain path (tiles only above B = 2048).
-    """
-
-    name: LossName = "info_nce"
-    temperature: float = Field(0.1, gt=0)
-    symmetric: bool = True
-    learnable_scale: bool = True
-    gcl: GclOptions = Field(default_factory=GclOptions)
-    oce: OceOptions = Field(default_factory=OceOptions)
-    pairwise_loss: Literal["logistic", "exponential", "squared_hinge", "hinge"] = "logistic"
-    kmeans_weight: float = Field(0.0, ge=0)
-    kmeans_k: int | None = Field(None, ge=1)
-    block_size: int | None = Field(None, ge=1)
 
 
 class OptimConfig(_Section):

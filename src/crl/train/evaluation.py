@@ -148,7 +148,7 @@ def evaluate_run(run_dir: str | Path, *, split: str = "test",
     if dataset is None:
         raise CrlValueError(f"evaluate_run: the {split} split has fewer than 2 items")
     metrics = evaluate(built.model, dataset, config.eval,
-                       temperature=built.objective.temperature(built.model),
+                       temperature=built.objective.temperature(),
                        train_split=built.train_ds, device=target)
     write_json(run_dir / EVAL_FILE, {"run_id": config_hash(config), "step": int(state["step"]),
                                      "split": split, "metrics": metrics})

@@ -199,7 +199,7 @@ class _Training:
         built = self.built
         return self.writer.evaluation(
             lambda: evaluate(built.model, dataset, self.config.eval,
-                             temperature=built.objective.temperature(built.model),
+                             temperature=built.objective.temperature(),
                              train_split=built.train_ds, device=self.device,
                              train_features=train_features),
             name=name, step=self.step, epoch=self._epoch(self.step), final=final)

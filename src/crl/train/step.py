@@ -37,6 +37,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from crl import distributed
 from crl.errors import CrlError, CrlValueError
 from crl.models import DualEncoder
+from crl.train.objective import Objective
 
 #: The towers' autocast context of each ``train.precision``.
 PRECISIONS: dict[str, Callable[[torch.device], AbstractContextManager[Any]]] = {
@@ -100,8 +101,7 @@ def batch_loss(objective: nn.Module, model: DualEncoder, z: Embeddings, index: T
         rows = distributed.own_rows(za.shape[0])  # this rank's anchors against all columns
     extra = {} if zh is None else {"hard": zh}
     # The one call of the objective in the trainer.
-    out: tuple[Tensor, dict[str, float]] = objective(za, zb, index, labels, model, rows=rows,
-                                                     **extra)
+    out: tuple[Tensor, dict[str, float]] = objective(za, zb, index, labels, rows=rows, **extra)
     return out
 
 
@@ -208,7 +208,7 @@ def loss_and_gradients(model: DualEncoder, objective: nn.Module, batch: Any, *,
     return value, logs
 
 
-def train_step(model: DualEncoder, objective: nn.Module, batch: Any, optimizer: Optimizer,
+def train_step(model: DualEncoder, objective: Objective, batch: Any, optimizer: Optimizer,
                scheduler: LambdaLR, *, grad_clip: float | None, step: int, device: torch.device,
                micro_batch_size: int | None = None,
                precision: str = "fp32") -> tuple[float, dict[str, float]]:
@@ -234,9 +234,7 @@ def train_step(model: DualEncoder, objective: nn.Module, batch: Any, optimizer: 
     logs["train/lr"] = float(optimizer.param_groups[0]["lr"])  # the rate of this step
     optimizer.step()
     scheduler.step()
-    clamp = getattr(model, "clamp_logit_scale_", None)
-    if callable(clamp):
-        clamp()
+    objective.after_step()  # clamps the logit scale / learnable temperatures
     logs["train/grad_norm"] = float(norm)
     return value, logs
 

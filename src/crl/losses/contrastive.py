@@ -1,0 +1,152 @@
+"""InfoNCE as a training objective: per-anchor terms of the rows asked for, plain or tiled, with
+negative sets and hard negatives (docs/theory.md §1).
+
+Anchor ``i`` of direction ``a -> b`` has the logits ``L_ij = s_ij / tau`` (or ``scale * s_ij``),
+``s = za @ zb.T``, over its candidates: its positive ``j = i``, its negatives (the mask, default
+every other member) and its ``H`` hard negatives ``L_ik = za_i . hard_ik / tau``. Its term is
+``log sum_{candidates} exp(L_ij) - L_ii``. The ``b -> a`` direction uses the same sample-indexed
+mask (row ``i`` lists sample ``i``'s negatives) and no hard negatives (they are view-b texts).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from crl._validation import check_positive
+from crl.losses._common import hard_scores, masked_logsumexp, other_direction
+from crl.losses.infonce import info_nce
+from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
+from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
+
+
+def uses_plain(batch: PairBatch, block_size: int | None) -> bool:
+    """Whether the rows' ``(h, B)`` logits are built whole (else visited in tiles)."""
+    return block_size is None and batch.size * batch.za.shape[0] <= PLAIN_MAX_BATCH ** 2
+
+
+def dense_negatives(batch: PairBatch) -> Tensor | None:
+    """The rows' ``(h, B)`` negatives mask (a :class:`TileMask` asked once), or None."""
+    mask = batch.negatives
+    if mask is None or isinstance(mask, Tensor):
+        return mask
+    return mask.mask(batch.index[batch.rows], batch.index)
+
+
+def candidates_mask(batch: PairBatch) -> tuple[Tensor, Tensor | None]:
+    """``(h, B)`` bool: each anchor's candidates (its negatives and its positive), and which
+    anchors have a negative among the columns (None: every anchor)."""
+    h, width, start = batch.size, batch.za.shape[0], int(batch.rows.start)
+    negatives = dense_negatives(batch)
+    own = torch.arange(h, device=batch.za.device)
+    if negatives is None:
+        return torch.ones(h, width, dtype=torch.bool, device=batch.za.device), None
+    candidates = negatives.to(device=batch.za.device, copy=True)
+    candidates[own, own + start] = False
+    has = candidates.any(dim=1)
+    candidates[own, own + start] = True
+    return candidates, has
+
+
+def _row_terms(logits: Tensor, candidates: Tensor, offset: int,
+               extra: Tensor | None = None) -> Tensor:
+    """``(h,)``: ``log sum_{candidates} exp(logits) - logits[i, offset + i]``, with the ``(h, H)``
+    ``extra`` logits as further candidates of their rows."""
+    own = torch.arange(logits.shape[0], device=logits.device)
+    if extra is None:
+        lse = masked_logsumexp(logits, candidates, dim=1)
+    else:
+        lse = masked_logsumexp(torch.cat([logits, extra], dim=1),  # (h, B + H)
+                               torch.cat([candidates, candidates.new_ones(extra.shape)], dim=1),
+                               dim=1)
+    return lse - logits[own, own + offset]
+
+
+def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
+                   temperature: float | None = None, scale: Tensor | None = None) -> AnchorTerms:
+    """InfoNCE terms of ``batch.rows`` with logits ``s / temperature`` or ``scale * s``.
+
+    Plain when ``block_size`` is None and ``h * B <= PLAIN_MAX_BATCH²``; otherwise the exact
+    tiled :func:`~crl.losses.tiled.anchor_logsumexp` (same values and gradients). No checks.
+    """
+    tau = 1.0 if temperature is None else temperature
+    rows, start, hard = batch.rows, int(batch.rows.start), batch.hard_rows()
+    if not uses_plain(batch, block_size):
+        multiplier = scale if scale is not None else batch.za.new_tensor(1.0 / float(tau))
+        values = []
+        directions = [(batch.za, batch.zb, hard), (batch.zb, batch.za, None)]
+        for x, y, extra in directions[:2 if symmetric else 1]:
+            out = anchor_logsumexp(x[rows], y, multiplier, offset=start,
+                                   negatives_mask=batch.negatives,
+                                   anchor_index=batch.index[rows], candidate_index=batch.index,
+                                   block_size=block_size, extra=extra)
+            values.append(out.lse - out.positive)
+            if len(values) == 1:
+                counted = out.counts > 1  # the positive and at least one negative
+        return AnchorTerms(tuple(values), counted)
+
+    def logits_of(s: Tensor) -> Tensor:
+        # s / tau exactly as the plain losses (not s * (1 / tau)), or scale * s
+        return s * scale if scale is not None else s / tau
+
+    candidates, has = candidates_mask(batch)
+    logits = logits_of(batch.za[rows] @ batch.zb.T)  # (h, B)
+    extra = None if hard is None else logits_of(hard_scores(batch.za[rows], hard))  # (h, H)
+    values = [_row_terms(logits, candidates, start, extra)]
+    if symmetric:
+        other = other_direction(logits, batch.za, batch.zb, rows, batch.whole, logits_of)
+        # Every member (all True): the transpose is the same mask, laid out as `other`.
+        both = candidates.T if has is None and batch.whole else candidates
+        values.append(_row_terms(other, both, start))
+    return AnchorTerms(tuple(values), None if extra is not None else has)
+
+
+class InfoNCELoss(PairObjective):
+    """InfoNCE / NT-Xent at a fixed temperature (:func:`~crl.losses.info_nce`), one way or
+    both (``symmetric``).
+
+    Called as ``loss(a, b, negatives_mask=None)`` it is :func:`~crl.losses.info_nce` (checked);
+    the trainer uses :meth:`terms`.
+
+    Example:
+        >>> loss = InfoNCELoss(temperature=1.0)
+        >>> round(float(loss(torch.eye(3), torch.eye(3))), 4)
+        0.5514
+    """
+
+    accepts_hard_negatives = True
+
+    def __init__(self, temperature: float = 0.07, symmetric: bool = False, *,
+                 block_size: int | None = None) -> None:
+        super().__init__()
+        check_positive("InfoNCELoss", "temperature", temperature, allow_tensor=False)
+        self.temperature = float(temperature)
+        self.symmetric = bool(symmetric)
+        self.block_size = block_size
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> InfoNCELoss:
+        return cls(cfg.temperature, cfg.symmetric, block_size=cfg.block_size)
+
+    def forward(self, a: Tensor, b: Tensor,
+                negatives_mask: Tensor | TileMask | None = None) -> Tensor:
+        return info_nce(a, b, temperature=self.temperature, symmetric=self.symmetric,
+                        negatives_mask=negatives_mask, block_size=self.block_size)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        return info_nce_terms(batch, symmetric=self.symmetric, block_size=self.block_size,
+                              temperature=self.temperature)
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, symmetric={self.symmetric}"
+
+
+__all__ = ["InfoNCELoss", "candidates_mask", "dense_negatives", "info_nce_terms", "uses_plain"]
