@@ -71,3 +71,39 @@ def test_worker_process_reports_time_and_memory() -> None:
     assert result["seconds"] == min(result["times"]) > 0
     assert result["peak_rss"] >= result["baseline_rss"] > 0
     assert result["loss"] > 0 and result["grad_norm"] > 0
+
+
+def test_crl_bench_loss_bf16_quick_reports_ratios_and_accuracy(tmp_path: Path) -> None:
+    out = tmp_path / "loss_bf16.json"
+    result = CliRunner().invoke(app, ["bench", "loss", "--quick", "--dtype", "bf16",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "loss_bf16" and "targets" not in data
+    assert set(data["matmul_gflops"]) == {"float32", "bfloat16"}
+    (row,) = data["rows"]
+    low, high = row["bfloat16"], row["float32"]
+    assert low["grad_dtype"] == "bfloat16" and high["grad_dtype"] == "float32"
+    assert row["time_ratio_bf16_vs_float32"] == pytest.approx(low["seconds"] / high["seconds"],
+                                                              rel=1e-3)
+    # bf16 products on the same embeddings: close to float64, float32 closer still
+    assert 0 < low["loss_rel_diff_vs_float64"] < 1e-2
+    assert row["float32_loss_rel_diff_vs_float64"] < 1e-5 < low["loss_rel_diff_vs_float64"]
+    assert low["grad_cosine_vs_float64"] >= 0.999
+    assert low["loss"] == pytest.approx(low["float64_loss"], rel=1e-2)
+    assert len(low["loadavg_1min_start_end"]) == 2 and low["cpu_seconds"] > 0
+    assert "| 300 |" in result.output
+
+
+def test_bf16_targets() -> None:
+    from crl.bench.loss_bf16 import bf16_targets
+
+    row = {"batch": 16384, "time_ratio_bf16_vs_float32": 0.55,
+           "cpu_time_ratio_bf16_vs_float32": 0.5,
+           "bfloat16": {"loss_rel_diff_vs_float64": 2e-2, "grad_cosine_vs_float64": 0.9995,
+                        "fraction_of_matmul": 0.4}}
+    targets = bf16_targets([row])
+    assert targets["B=16384 bf16 time <= 0.6 x float32 tiled (same run)"]["met"] is True
+    assert targets["B=16384 bf16 loss within 1e-2 relative of float64"]["met"] is False
+    assert targets["B=16384 bf16 gradient cosine >= 0.999 vs float64"]["met"] is True
+    assert bf16_targets([{**row, "batch": 300}]) == {}

@@ -65,6 +65,12 @@ def available_memory() -> int | None:
     return None
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (all threads), in seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return float(usage.ru_utime + usage.ru_stime)
+
+
 def best_time(fn: Callable[[], object], repeats: int, warmup: int) -> tuple[float, list[float]]:
     """The fastest of ``repeats`` timed calls of ``fn`` after ``warmup`` untimed ones (seconds)."""
     for _ in range(warmup):
@@ -146,6 +152,7 @@ __all__ = [
     "GIB",
     "available_memory",
     "best_time",
+    "cpu_seconds",
     "current_rss",
     "machine_state",
     "matmul_gflops",

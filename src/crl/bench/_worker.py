@@ -9,6 +9,7 @@ task started (``baseline_rss``) and the process's peak resident memory after it 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from crl.bench._measure import best_time, current_rss, matmul_gflops, peak_rss
+from crl.bench._measure import best_time, cpu_seconds, current_rss, matmul_gflops, peak_rss
+
+#: Task ``dtype`` names.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
 def _pairs(n: int, dim: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -59,25 +63,61 @@ def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Ten
 
 
 def _run_loss(task: dict[str, Any]) -> dict[str, Any]:
-    """Forward + backward of the CLIP loss on ``(batch, dim)`` float32 embeddings."""
+    """Forward + backward of the CLIP loss on ``(batch, dim)`` embeddings of ``task["dtype"]``
+    (default float32; the learnable scale is float32), wall and CPU seconds per call; with
+    ``reference``, the last call's loss and gradients against float64 on the same (unrounded)
+    embeddings."""
     baseline = current_rss()
     a0, b0 = _pairs(task["batch"], task["dim"], task.get("seed", 0))
-    a, b = a0.requires_grad_(True), b0.requires_grad_(True)
+    dtype = DTYPES[task.get("dtype", "float32")]
+    a, b = a0.to(dtype).requires_grad_(True), b0.to(dtype).requires_grad_(True)
     scale = torch.tensor(task.get("scale", 1 / 0.07), requires_grad=True)
     fn = _loss_fn(task["impl"], task.get("block_size"))
     values: list[float] = []
+    cpu: list[float] = []
 
     def step() -> None:
+        start = cpu_seconds()
         a.grad = b.grad = scale.grad = None
         loss = fn(a, b, scale)
         loss.backward()  # type: ignore[no-untyped-call]
         values.append(float(loss.detach()))
+        cpu.append(cpu_seconds() - start)
 
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     seconds, times = best_time(step, task.get("repeats", 1), task.get("warmup", 0))
-    grad_norm = float(torch.cat([a.grad.flatten(), b.grad.flatten()]).norm())  # type: ignore[union-attr]
-    return {"seconds": seconds, "times": times, "loss": values[-1], "grad_norm": grad_norm,
-            "scale_grad": float(scale.grad),  # type: ignore[arg-type]
-            "baseline_rss": baseline, "peak_rss": peak_rss()}
+    assert a.grad is not None and b.grad is not None and scale.grad is not None
+    out = {"seconds": seconds, "times": times, "cpu_seconds": min(cpu[-len(times):]),
+           "loss": values[-1],
+           "grad_norm": float(torch.cat([a.grad.flatten(), b.grad.flatten()]).double().norm()),
+           "grad_dtype": str(a.grad.dtype).removeprefix("torch."),
+           "scale_grad": float(scale.grad), "baseline_rss": baseline, "peak_rss": peak_rss(),
+           "loadavg_1min_start_end": [round(load, 2), round(os.getloadavg()[0], 2)
+                                      if hasattr(os, "getloadavg") else None]}
+    if task.get("reference"):
+        out.update(_against_float64(fn, a0, b0, (a.grad, b.grad, scale.grad), values[-1],
+                                    float(scale.detach())))
+    return out
+
+
+def _against_float64(fn: Callable[[Tensor, Tensor, Tensor], Tensor], a0: Tensor, b0: Tensor,
+                     grads: tuple[Tensor, Tensor, Tensor], loss: float, scale: float
+                     ) -> dict[str, Any]:
+    """The same loss in float64 on the unrounded embeddings: relative loss error, gradient
+    cosine similarity (``a`` and ``b`` together) and the scale gradient's relative error."""
+    a, b = a0.double().requires_grad_(True), b0.double().requires_grad_(True)
+    s = torch.tensor(scale, dtype=torch.float64, requires_grad=True)
+    exact = fn(a, b, s)
+    exact.backward()  # type: ignore[no-untyped-call]
+    assert a.grad is not None and b.grad is not None and s.grad is not None
+    got = torch.cat([grads[0].flatten(), grads[1].flatten()]).double()
+    want = torch.cat([a.grad.flatten(), b.grad.flatten()])
+    return {"float64_loss": float(exact.detach()),
+            "loss_rel_diff_vs_float64": abs(loss - float(exact.detach()))
+            / abs(float(exact.detach())),
+            "grad_cosine_vs_float64": float(F.cosine_similarity(got, want, dim=0)),
+            "scale_grad_rel_diff_vs_float64": abs(float(grads[2]) - float(s.grad))
+            / abs(float(s.grad))}
 
 
 def _ranks_from_topk(labels: Any, k: int) -> dict[str, float]:
@@ -119,7 +159,8 @@ def _run_retrieval(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_matmul(task: dict[str, Any]) -> dict[str, Any]:
-    return {"gflops": matmul_gflops(task["n"], task.get("repeats", 3))}
+    dtype = DTYPES[task.get("dtype", "float32")]
+    return {"gflops": matmul_gflops(task["n"], task.get("repeats", 3), dtype)}
 
 
 _KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {

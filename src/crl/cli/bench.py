@@ -38,14 +38,20 @@ def loss(
                                   "benchmarks/results/loss.json only when named here)."),
     batch_sizes: str = typer.Option("", "--batch-sizes",
                                     help="Comma-separated batch sizes (default: 4096,8192,"
-                                         "16384,32768,131072; with --quick: 300)."),
+                                         "16384,32768,131072; with --quick: 300; with "
+                                         "--dtype bf16: 16384)."),
     block_size: int = typer.Option(0, "--block-size", help="Tile side (0: the default)."),
+    dtype: str = typer.Option("fp32", "--dtype",
+                              help="fp32: tiled vs plain losses; bf16: the tiled loss on "
+                                   "bfloat16 vs float32 embeddings, accuracy vs float64."),
 ) -> None:
-    """Tiled vs plain CLIP loss (D = 256, float32): time, peak memory, matmul efficiency.
+    """Tiled vs plain CLIP loss (D = 256, float32): time, peak memory, matmul efficiency;
+    with --dtype bf16, bfloat16 vs float32 tiles.
 
-    Example: crl bench loss --quick --out /tmp/loss.json
+    Example: crl bench loss --quick --dtype bf16 --out /tmp/loss_bf16.json
     """
     from crl.bench import format_loss_table, run_loss_benchmark, write_result
+    from crl.bench.loss_bf16 import format_bf16_table, run_bf16_loss_benchmark
     from crl.errors import CrlValueError
 
     try:
@@ -54,10 +60,16 @@ def loss(
         raise CrlValueError(
             f"crl bench loss: --batch-sizes must be comma-separated integers; got {batch_sizes!r}"
         ) from None
-    result = run_loss_benchmark(batch_sizes=sizes, quick=quick,
-                                block_size=block_size or None, progress=_progress)
+    if dtype not in ("fp32", "bf16"):
+        raise CrlValueError(f"crl bench loss: --dtype must be fp32 or bf16; got {dtype!r}")
+    run, table = ((run_loss_benchmark, format_loss_table) if dtype == "fp32"
+                  else (run_bf16_loss_benchmark, format_bf16_table))
+    if dtype == "bf16" and out == BENCH_DIR / "loss.json":
+        out = BENCH_DIR / "loss_bf16.json"
+    result = run(batch_sizes=sizes, quick=quick, block_size=block_size or None,
+                 progress=_progress)
     path = write_result(result, out)
-    print(format_loss_table(result))
+    print(table(result))
     if "targets" in result:
         print(json.dumps(result["targets"], indent=2))
     print(f"wrote {path}")

@@ -30,13 +30,28 @@ def exp_floor(dtype: torch.dtype) -> float:
     return math.log(torch.finfo(dtype).tiny) + 0.5
 
 
+def needs_floor(a_s: Tensor, b: Tensor, dtype: torch.dtype) -> bool:
+    """Whether an ``exp`` argument of the kernel can fall below :func:`exp_floor`.
+
+    Every argument is a logit minus a row's (or column's) maximum or log-sum-exp, so it is at
+    least ``-2 max_i |a_s_i| max_j |b_j| - log max(h, W)``; when that is above the floor the
+    clamps are no-ops and are skipped (two passes over every tile fewer). Masked entries are
+    ``-inf`` and ``exp(-inf) = 0`` exactly, with no clamp.
+    """
+    if a_s.numel() == 0 or b.numel() == 0:
+        return False
+    norms = float(a_s.to(dtype).norm(dim=1).max()) * float(b.to(dtype).norm(dim=1).max())
+    return 2.0 * norms + math.log(max(a_s.shape[0], b.shape[0])) + 1.0 >= -exp_floor(dtype)
+
+
 def precision_margin(dtype: torch.dtype, terms: int) -> float:
     """``log(4 n / eps)``: terms below ``exp(-margin)`` times the total, ``n`` of them, change a
     sum by less than a quarter of the dtype's ``eps`` relative."""
     return math.log(4.0 * max(terms, 1) / torch.finfo(dtype).eps)
 
 
-def tile_logsumexps(x: Tensor, work: Tensor, want_cols: bool) -> tuple[Tensor, Tensor | None]:
+def tile_logsumexps(x: Tensor, work: Tensor, want_cols: bool, clamp: bool = True
+                    ) -> tuple[Tensor, Tensor | None]:
     """Row and (optionally) column log-sum-exps of a tile ``x (h, w)`` with one ``exp`` per entry.
 
     ``E = exp(x - m_row)`` gives the rows. The columns reuse it: ``sum_i exp(x_ij - K) =
@@ -44,13 +59,15 @@ def tile_logsumexps(x: Tensor, work: Tensor, want_cols: bool) -> tuple[Tensor, T
     ``exp`` argument is clamped at the floor, so that product is exact except for a column whose
     sum is within ``exp(margin)`` of the floor's scale; those few columns (far below the tile's
     max, e.g. at very low temperature) are recomputed directly. ``-inf`` marks a line of ``x``
-    that is all ``-inf``; ``work`` is scratch of ``x``'s shape.
+    that is all ``-inf``; ``work`` is scratch of ``x``'s shape; ``clamp=False`` when no argument
+    can fall below the floor (:func:`needs_floor`).
     """
     floor = exp_floor(x.dtype)
     peak = x.amax(dim=1, keepdim=True)  # (h, 1)
     empty = torch.isneginf(peak)
     safe_peak = peak.masked_fill(empty, 0.0)
-    e = torch.sub(x, safe_peak, out=work).clamp_(min=floor).exp_()  # (h, w)
+    e = torch.sub(x, safe_peak, out=work)
+    e = (e.clamp_(min=floor) if clamp else e).exp_()  # (h, w)
     rows = e.sum(dim=1, keepdim=True).log_().add_(safe_peak).masked_fill_(empty, -math.inf)
     if not want_cols:
         return rows.squeeze(1), None

@@ -44,6 +44,7 @@ from crl.errors import CrlValueError
 from crl.losses._tile_math import (
     block_bounds,
     exp_floor,
+    needs_floor,
     precision_margin,
     span,
     spans,
@@ -182,6 +183,7 @@ class _TiledLogSumExp(torch.autograd.Function):
             count_rows = torch.zeros(n_rows, dtype=torch.int64, device=a.device)
             count_cols = torch.zeros(n_cols, dtype=torch.int64, device=a.device)
             work_buf = lse_rows.new_empty(block * block)
+            clamp = needs_floor(a_s, b, acc)
             for r0, r1, c0, c1, logits, excluded in _walk(a_s, b, acc, block, tiles):
                 h, w = r1 - r0, c1 - c0
                 lo, hi, k = tiles.positives(r0, r1, c0, c1)
@@ -195,7 +197,7 @@ class _TiledLogSumExp(torch.autograd.Function):
                     count_rows[r0:r1] += w - excluded.sum(dim=1)
                     count_cols[c0:c1] += h - excluded.sum(dim=0)
                 tile_rows, tile_cols = tile_logsumexps(
-                    logits, work_buf[: h * w].view(h, w), want_cols)
+                    logits, work_buf[: h * w].view(h, w), want_cols, clamp)
                 part = lse_rows[r0:r1]
                 torch.logaddexp(part, tile_rows, out=part)
                 if tile_cols is not None:
@@ -239,6 +241,12 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
         shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
                       if grad_cols is not None else None)  # (1, W)
         floor = exp_floor(acc)
+        clamp = needs_floor(a_s, b, acc)
+
+        def exp_(x: Tensor) -> Tensor:
+            """``exp`` in place, of arguments clamped at the floor where one can be below it."""
+            return (x.clamp_(min=floor) if clamp else x).exp_()
+
         # Both directions from one exp: P_col = P_row * exp(lse_row_i - lse_col_j). When a
         # tile's log-sum-exps span at most `window`, exp(lse_row_i - low) and
         # exp(low - lse_col_j) neither overflow nor underflow, and a P_row clamped at the
@@ -257,7 +265,7 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
                     and span(bounds, r0 // block, c0 // block) <= window):
                 low = min(bounds[0][r0 // block], bounds[2][c0 // block])
                 torch.sub(logits, shift_rows[r0:r1], out=g)
-                g.clamp_(min=floor).exp_()  # P_row
+                exp_(g)  # P_row
                 u = (shift_rows[r0:r1, 0] - low).exp_()  # (h,) in [1, e^window]
                 t = (low - shift_cols[0, c0:c1]).exp_().mul_(grad_cols[c0:c1])  # (w,)
                 # G = P_row * (g_row_i + g_col_j exp(lse_row_i - lse_col_j))
@@ -265,14 +273,14 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
                 g.mul_(factor)
             elif grad_rows is not None:
                 torch.sub(logits, shift_rows[r0:r1], out=g)
-                g.clamp_(min=floor).exp_()  # P_row
+                exp_(g)  # P_row
                 g.mul_(grad_rows[r0:r1].unsqueeze(1))
                 if shift_cols is not None and grad_cols is not None:
-                    p_col = logits.sub_(shift_cols[:, c0:c1]).clamp_(min=floor).exp_()
+                    p_col = exp_(logits.sub_(shift_cols[:, c0:c1]))
                     g.addcmul_(p_col, grad_cols[c0:c1].unsqueeze(0))
             elif shift_cols is not None and grad_cols is not None:
                 torch.sub(logits, shift_cols[:, c0:c1], out=g)
-                g.clamp_(min=floor).exp_().mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
+                exp_(g).mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
             g_low = None if low_buf is None else low_buf[: h * w].view(h, w).copy_(g)
             if want_a:
                 _add_product(acc_a[r0:r1], g, g_low, b[c0:c1])
