@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from crl.losses.clip import ClipLoss
 from crl.losses.contrastive import InfoNCELoss
+from crl.losses.dcl import DecoupledContrastiveLoss
 from crl.losses.gcl import GlobalContrastiveLoss
 from crl.losses.objective import PairObjective
 from crl.losses.oce import OCELoss, PairwiseLoss
@@ -24,6 +25,7 @@ OBJECTIVES: dict[str, type[PairObjective]] = {
     "gcl": GlobalContrastiveLoss,
     "oce": OCELoss,
     "pairwise": PairwiseLoss,
+    "dcl": DecoupledContrastiveLoss,
 }
 
 __all__ = ["OBJECTIVES"]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from crl.data.config import DataConfig
 from crl.losses.config import GclOptions, LossConfig, OceOptions
+from crl.losses.registry import OBJECTIVES
 from crl.models.config import ModelConfig
 from crl.negatives.config import NegativesConfig
 
@@ -175,7 +176,8 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> TrainConfig:
-        if self.loss.name in ("supcon", "siglip") and self.negatives.regime != "in_batch":
+        accepts_sets = OBJECTIVES[self.loss.name].accepts_negative_sets  # SupCon, SigLIP: no
+        if not accepts_sets and self.negatives.regime != "in_batch":
             raise ValueError(
                 f"loss {self.loss.name!r} contrasts every batch member; negatives.regime must "
                 f"be 'in_batch'; got {self.negatives.regime!r}"

@@ -1,0 +1,88 @@
+"""The decoupled contrastive loss (DCL; Yeh et al. 2022): InfoNCE without the positive in the
+denominator.
+
+Anchor ``i``'s term is ``-s_ii / tau + log sum_{j in neg(i)} exp(s_ij / tau)`` with
+``s = za @ zb.T`` over its negatives (the mask, default every other member, plus its own hard
+negatives in the ``a -> b`` direction); anchors without a negative do not count. It is the
+positive-excluded contrastive risk of docs/theory.md §1 divided by ``tau``, plus ``log m_i``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from crl._validation import check_pair, check_positive
+from crl.losses.objective import (
+    AnchorTerms,
+    ObjectiveContext,
+    PairBatch,
+    PairObjective,
+    reduce_terms,
+)
+from crl.losses.tiled import anchor_logsumexp
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
+
+
+class DecoupledContrastiveLoss(PairObjective):
+    """DCL at a fixed temperature, one way or both (``symmetric``); ``loss.name: dcl``.
+
+    Args:
+        temperature: ``tau > 0``.
+        symmetric: Average the ``a -> b`` and ``b -> a`` directions.
+        block_size: Tile side of the exact tiled path (None: tiles only for large batches).
+
+    Example:
+        >>> loss = DecoupledContrastiveLoss(temperature=1.0, symmetric=False)
+        >>> round(float(loss(torch.eye(3), torch.eye(3))), 4)  # log(2) - 1
+        -0.3069
+    """
+
+    accepts_hard_negatives = True
+
+    def __init__(self, temperature: float = 0.1, symmetric: bool = True, *,
+                 block_size: int | None = None) -> None:
+        super().__init__()
+        check_positive("DecoupledContrastiveLoss", "temperature", temperature,
+                       allow_tensor=False)
+        self.temperature = float(temperature)
+        self.symmetric = bool(symmetric)
+        self.block_size = block_size
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> DecoupledContrastiveLoss:
+        return cls(cfg.temperature, cfg.symmetric, block_size=cfg.block_size)
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        """The mean DCL of paired embeddings ``a, b (B, D)`` with in-batch negatives."""
+        a, b = check_pair("DecoupledContrastiveLoss", a, b)
+        index = torch.arange(a.shape[0], device=a.device)
+        return reduce_terms(self.terms(PairBatch(a, b, index, None, slice(0, a.shape[0]))),
+                            world=1)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        rows, scale = batch.rows, batch.za.new_tensor(1.0 / self.temperature)
+        values, counted = [], None
+        directions = [(batch.za, batch.zb, batch.hard_rows()), (batch.zb, batch.za, None)]
+        for x, y, extra in directions[:2 if self.symmetric else 1]:
+            out = anchor_logsumexp(x[rows], y, scale, offset=int(rows.start),
+                                   include_positive=False, negatives_mask=batch.negatives,
+                                   anchor_index=batch.index[rows], candidate_index=batch.index,
+                                   block_size=self.block_size, extra=extra)
+            has = out.counts > 0  # an anchor without negatives has lse = -inf: left out
+            values.append(torch.where(has, out.lse - out.positive, torch.zeros_like(out.lse)))
+            counted = has if counted is None else counted
+        return AnchorTerms(tuple(values), counted)
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, symmetric={self.symmetric}"
+
+
+__all__ = ["DecoupledContrastiveLoss"]
