@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from crl.cli import app
 from crl.cli._common import handle_errors
+from crl.cli._executors import executor_options
+
+if TYPE_CHECKING:
+    from crl.experiments.executors import Executor
 
 study_app = typer.Typer(help="Run a study: a grid of runs plus an analysis and a report.",
                         no_args_is_help=True)
@@ -27,6 +32,7 @@ def _finish(study_dir: Path, headline: str) -> None:
 
 @study_app.command("negatives")
 @handle_errors
+@executor_options
 def negatives(
     preset: str = _PRESET,
     data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE."),
@@ -38,6 +44,7 @@ def negatives(
     out: Path = _OUT,
     workers: int | None = _WORKERS,
     no_progress: bool = _NO_PROGRESS,
+    executor: Executor | None = None,
 ) -> None:
     """How many negatives can your data use? Fits m*(n) and writes a report.
 
@@ -47,21 +54,22 @@ def negatives(
 
     outcome, analysis = run_and_report(
         "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,
-        data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature)
+        data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature,
+        executor=executor)
     _finish(outcome.study_dir, analysis.headline)
 
 
 def _simple(name: str, doc: str) -> None:
     def command(preset: str = _PRESET, out: Path = _OUT, workers: int | None = _WORKERS,
-                no_progress: bool = _NO_PROGRESS) -> None:
+                no_progress: bool = _NO_PROGRESS, executor: Executor | None = None) -> None:
         from crl.experiments.api import run_and_report
 
         outcome, analysis = run_and_report(name, preset=preset, out=out, workers=workers,
-                                           progress=not no_progress)
+                                           progress=not no_progress, executor=executor)
         _finish(outcome.study_dir, analysis.headline)
 
     command.__doc__ = doc
-    study_app.command(name)(handle_errors(command))
+    study_app.command(name)(handle_errors(executor_options(command)))
 
 
 _simple("calibration", "Excess AUC against excess risk along training, with the calibration "
