@@ -185,3 +185,21 @@ def test_the_examples_of_docs_data_md_read_the_same_pairs(tmp_path: Path) -> Non
     assert len(items[0]) == 3 and all(other == items[0] for other in items[1:])
     assert items[0][2] == ("read a file", "def read(p): return open(p).read()", 2, 2,
                            ["def write(p, s): open(p, 'w').write(s)"])
+
+
+def test_a_list_column_of_negatives_and_uneven_rows(tmp_path: Path) -> None:
+    rows = [{"query": r["query"], "doc": r["doc"], "negs": [r["neg"], "print value"]}
+            for r in ROWS]
+    columns = {"a": "query", "b": "doc", "negatives": ["negs"]}
+    for path in (write_parquet(tmp_path / "p.parquet", rows),
+                 write_saved_dataset(tmp_path / "ds", rows)):
+        ds, _ = load_pair_file(path, ColumnsConfig(**columns))
+        assert ds.num_hard_negatives == 2 and ds[3][4] == ["def read 3", "print value"]
+    rows[4]["negs"] = ["only one"]
+    line = one_error_line(train(tmp_path, write_jsonl(tmp_path / "p.jsonl", rows), columns))
+    assert ("line 5: 1 hard negative(s) in columns ['negs'], where line 1 has 2; every row "
+            "needs the same number") in line
+    again = tmp_path / "again"
+    again.mkdir()
+    result = train(again, write_jsonl(again / "p.jsonl", rows[:4] + rows[5:]), columns)
+    assert result.exit_code == 0, result.output

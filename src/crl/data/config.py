@@ -32,7 +32,7 @@ class SyntheticConfig(BaseModel):
         items_per_class: Items per latent class.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: Literal["gaussian_mean_shift", "correlated_gaussian", "latent_classes"] = (
         "gaussian_mean_shift"
@@ -72,7 +72,7 @@ class DigitsConfig(BaseModel):
             Validation and test splits stay balanced.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     augment: bool = True
     crop_scale: tuple[float, float] = (0.75, 1.0)
@@ -104,7 +104,7 @@ class PycodeConfig(BaseModel):
         cache_dir: Where the mined pairs are cached (None: ``$CRL_CACHE_DIR`` or ``~/.cache/crl``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     roots: list[str] | None = None
     include_tests: bool = False
@@ -120,11 +120,11 @@ class ColumnsConfig(BaseModel):
         a: The column of view ``a`` (queries, anchors).
         b: The column of view ``b`` (documents, positives).
         label: An integer class column (None: the column ``label`` when the file has one).
-        negatives: Columns of hard negatives: ``H`` view-b texts per row, extra candidates for
-            that row's anchor only.
+        negatives: Columns of hard negatives (a text, or a list of texts, per cell): ``H``
+            view-b texts per row, extra candidates for that row's anchor only.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     a: str = Field("a", min_length=1)
     b: str = Field("b", min_length=1)
@@ -145,7 +145,7 @@ class FilesConfig(BaseModel):
     (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``, a ``datasets`` ``save_to_disk`` directory)
     read through ``columns``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str | None = None
     columns: ColumnsConfig = Field(default_factory=ColumnsConfig)
@@ -166,7 +166,7 @@ class DataConfig(BaseModel):
             there are labels).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Literal["synthetic", "digits", "pycode", "files"] = "synthetic"
     seed: int = 0

@@ -30,16 +30,37 @@ def _column(table: Table, name: str, key: str) -> list[Any]:
     return table.columns[name]
 
 
+def _check_text(table: Table, i: int, name: str, cell: Any) -> str:
+    if not isinstance(cell, str):
+        found = "nothing (the row has no value)" if cell is None else (
+            f"{type(cell).__name__} {describe(cell)}")
+        raise CrlValueError(f"{table.where(i, name)}: expected text, found {found}")
+    if not cell.strip():
+        raise CrlValueError(f"{table.where(i, name)}: empty text {cell!r}")
+    return cell
+
+
 def _texts(table: Table, name: str, key: str) -> list[str]:
-    cells = _column(table, name, key)
-    for i, cell in enumerate(cells):
-        if not isinstance(cell, str):
-            found = "nothing (the row has no value)" if cell is None else (
-                f"{type(cell).__name__} {describe(cell)}")
-            raise CrlValueError(f"{table.where(i, name)}: expected text, found {found}")
-        if not cell.strip():
-            raise CrlValueError(f"{table.where(i, name)}: empty text {cell!r}")
-    return cells
+    return [_check_text(table, i, name, cell)
+            for i, cell in enumerate(_column(table, name, key))]
+
+
+def _negatives(table: Table, names: list[str]) -> list[list[str]]:
+    """Each row's hard negatives: one text per column, or a list of texts per cell (as
+    ``datasets`` and Parquet store a ``negatives`` list column), in column order."""
+    rows: list[list[str]] = [[] for _ in range(len(table))]
+    for name in names:
+        for i, cell in enumerate(_column(table, name, "negatives")):
+            items = list(cell) if isinstance(cell, (list, tuple)) else [cell]
+            rows[i] += [_check_text(table, i, name, item) for item in items]
+    width = len(rows[0])
+    for i, row in enumerate(rows):
+        if len(row) != width or not row:
+            raise CrlValueError(
+                f"{table.where(i)}: {len(row)} hard negative(s) in columns {names}, where "
+                f"{table.row_names[0]} has {width}; every row needs the same number (>= 1)"
+            )
+    return rows
 
 
 def _label(table: Table, i: int, name: str, cell: Any) -> int:
@@ -82,7 +103,8 @@ def pairs_from_table(table: Table, columns: ColumnsConfig) -> TextPairDataset:
     Args:
         table: The table read from the user's file.
         columns: Which columns are view ``a``, view ``b``, the label (None: a column named
-            ``label`` when there is one) and the hard negatives (``H`` columns of view-b texts).
+            ``label`` when there is one) and the hard negatives (columns of view-b texts, or of
+            lists of texts; ``H`` in all per row).
 
     Returns:
         A :class:`TextPairDataset`; with ``H`` negative columns its items carry ``H`` texts.
@@ -92,8 +114,5 @@ def pairs_from_table(table: Table, columns: ColumnsConfig) -> TextPairDataset:
     """
     a = _texts(table, columns.a, "a")
     b = _texts(table, columns.b, "b")
-    negatives = None
-    if columns.negatives:
-        per_column = [_texts(table, name, "negatives") for name in columns.negatives]
-        negatives = [list(row) for row in zip(*per_column, strict=True)]  # N lists of H texts
+    negatives = _negatives(table, columns.negatives) if columns.negatives else None
     return TextPairDataset(a, b, _labels(table, columns.label), negatives=negatives)
