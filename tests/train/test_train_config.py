@@ -103,3 +103,12 @@ def test_budget_and_hash() -> None:
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(load_config("digits-simclr", ["train.seed=1"]))
     assert len(config_hash(a)) == 8
+
+
+def test_the_big_batch_example_of_the_docs_is_a_valid_config(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    block = text.split("# big-batch.yaml")[1].split("\n", 1)[1].split("```")[0]
+    (tmp_path / "big-batch.yaml").write_text(block)
+    cfg = load_config(tmp_path / "big-batch.yaml")
+    assert (cfg.train.micro_batch_size, cfg.train.precision) == (32, "bf16")
+    assert cfg.model.gradient_checkpointing and cfg.train.batch_size == 4096
