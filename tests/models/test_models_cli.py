@@ -64,8 +64,10 @@ def test_fine_tune_export_and_encode_round_trip(tiny_bert: Path, tmp_path: Path,
     from sentence_transformers import SentenceTransformer
 
     data = _pairs(tmp_path / "pairs.jsonl")
+    # The linear-head case trains two towers (and exports the document tower too, below).
     model = {"kind": "transformer", "pretrained": str(tiny_bert), "head": head,
-             "max_seq_length": 24, **({"embed_dim": 16} if head == "linear" else {})}
+             "max_seq_length": 24,
+             **({"embed_dim": 16, "shared_tower": False} if head == "linear" else {})}
     result = _train(tmp_path, data, model, files=COLUMNS, eval={"hard_negatives": True})
     assert result.exit_code == 0, result.output
     run = _run_dir(tmp_path)
@@ -85,11 +87,19 @@ def test_fine_tune_export_and_encode_round_trip(tiny_bert: Path, tmp_path: Path,
     theirs = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
     assert ours.shape == (32, 16 if head == "linear" else 32)
     np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
-    # The other tower (shared here) through --view b and another column.
+    # The document tower through --view b and another column, exported with --tower b.
     result = runner.invoke(app, ["encode", str(run), str(data), "--out", str(emb), "--view",
                                  "b", "--column", "d", "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert np.load(emb).shape[0] == 32
+    docs = [json.loads(line)["d"] for line in data.read_text().splitlines()]
+    out_b = tmp_path / "exported_b"
+    result = runner.invoke(app, ["export", str(run), str(out_b), "--tower", "b"])
+    assert result.exit_code == 0, result.output
+    theirs_b = SentenceTransformer(str(out_b), device="cpu").encode(docs, convert_to_numpy=True)
+    np.testing.assert_allclose(theirs_b, np.load(emb), atol=1e-5, rtol=0)
+    if head == "linear":  # two towers: the query and document exports differ
+        assert np.abs(SentenceTransformer(str(out_b), device="cpu").encode(texts)
+                      - theirs).max() > 1e-4
 
 
 def test_export_and_encode_errors(tiny_bert: Path, tmp_path: Path) -> None:

@@ -116,23 +116,26 @@ class TransformerTokenizer:
         self.max_seq_length = (max_seq_length if max_seq_length is not None
                                else default_max_seq_length(model_dir, self.tokenizer, config))
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        self.tokenizer.padding_side = "right"  # forward passes trim a batch from the right
 
     def __call__(self, texts: Sequence[str]) -> Tensor:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise CrlTypeError(
                     f"TransformerTokenizer: texts[{i}] must be a str; got {type(text).__name__}")
-        ids: list[list[int]] = []
+        chunks: list[Tensor] = []
         for start in range(0, len(texts), _TOKENIZE_CHUNK):
-            chunk = list(texts[start:start + _TOKENIZE_CHUNK])
-            ids += self.tokenizer(chunk, truncation=True, max_length=self.max_seq_length,
-                                  padding=False)["input_ids"]
-        width = max((len(row) for row in ids), default=1)
-        out = torch.full((len(ids), 2, width), self.pad_id, dtype=torch.int32)
-        out[:, 1] = 0
-        for i, row in enumerate(ids):
-            out[i, 0, :len(row)] = torch.tensor(row, dtype=torch.int32)
-            out[i, 1, :len(row)] = 1
+            enc = self.tokenizer(list(texts[start:start + _TOKENIZE_CHUNK]), truncation=True,
+                                 max_length=self.max_seq_length, padding="longest",
+                                 return_tensors="pt")
+            chunks.append(torch.stack([enc["input_ids"], enc["attention_mask"]], dim=1))
+        width = max((c.shape[2] for c in chunks), default=1)  # the longest text of all chunks
+        out = torch.zeros(len(texts), 2, width, dtype=torch.int32)  # mask 0 beyond each text
+        out[:, 0] = self.pad_id
+        row = 0
+        for chunk in chunks:  # (n, 2, l), right-padded
+            out[row:row + len(chunk), :, :chunk.shape[2]] = chunk
+            row += len(chunk)
         return out  # (N, 2, L)
 
 

@@ -4,6 +4,7 @@ exported as a sentence-transformers directory (``crl export``) or embedding a fi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -87,7 +88,8 @@ def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view:
     Args:
         run_dir: A run directory written by :func:`crl.train.fit`.
         file: A table of texts (any format of ``data.files``).
-        out: The ``.npy`` file to write: float32 ``(N, D)``, row ``i`` the ``i``-th text.
+        out: The ``.npy`` file to write (atomically): float32 ``(N, D)``, row ``i`` the
+            ``i``-th text.
         view: The tower: ``a`` (queries) or ``b`` (documents).
         column: The column to embed (None: the run's ``data.files.columns`` name of ``view``).
         batch_size: Texts per forward pass.
@@ -110,7 +112,10 @@ def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view:
                               device=device, progress=progress).numpy()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.save(out, embeddings.astype(np.float32))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as f:  # a reader never sees half an array
+        np.save(f, embeddings.astype(np.float32))
+    os.replace(tmp, out)
     return embeddings
 
 
