@@ -256,7 +256,7 @@ def test_slurm_flags_make_the_job_script(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
     monkeypatch.setattr(executors_submitit.shutil, "which", lambda name: f"/usr/bin/{name}")
     settings = tmp_path / "slurm.yaml"
-    settings.write_text("account: lab\nmem: 16GB\ntime: 30\n")
+    settings.write_text("account: lab\nmem: 16GB\ntime: 30\ncpus_per_task: 2\n")
     executor = build_executor("submitit", workers=4, slurm_partition="gpu",
                               slurm_time="1-00:00:00", slurm_gpus_per_run=1,
                               slurm_setup=["source .venv/bin/activate"],
@@ -264,10 +264,11 @@ def test_slurm_flags_make_the_job_script(monkeypatch: pytest.MonkeyPatch, tmp_pa
     script = _make_sbatch_string(command="python -m job", folder=tmp_path,
                                  **executor.parameters)  # type: ignore[attr-defined]
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=1440", "#SBATCH --account=lab",
-                 "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=1", "#SBATCH --mem=16GB",
+                 "#SBATCH --gpus-per-node=1", "#SBATCH --cpus-per-task=2", "#SBATCH --mem=16GB",
                  "#SBATCH --ntasks-per-node=1", "#SBATCH --signal=USR2@90",
                  "source .venv/bin/activate"):
         assert line in script, line
+    assert executor.cpus_per_run == 2  # type: ignore[attr-defined]  # the runs' torch threads
     settings.write_text("partiton: gpu\n")
     with pytest.raises(CrlValueError, match=r"unknown 'partiton'; valid are .*partition"):
         build_executor("submitit", slurm_parameters=settings)

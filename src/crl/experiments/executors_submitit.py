@@ -115,7 +115,8 @@ class SubmititExecutor(Executor):
         time_limit: ``--slurm-time``: the time limit of each job (minutes or Slurm's format; default
             4 hours). A run longer than that is requeued and resumes.
         gpus_per_run: ``--slurm-gpus-per-run``: GPUs of each job (for ``--device cuda``).
-        cpus_per_run: CPUs of each job, also the torch threads of its run.
+        cpus_per_run: CPUs of each job, also the torch threads of its run (default: the
+            parameters' ``cpus_per_task``, else 1).
         setup: ``--slurm-setup``: shell lines run before each job (``module load ...``,
             ``source .venv/bin/activate``).
         parameters: More submitit parameters (a mapping, or the path of a YAML file: see
@@ -132,7 +133,8 @@ class SubmititExecutor(Executor):
     kind = "submitit"
 
     def __init__(self, *, partition: str | None = None, time_limit: str | int | None = None,
-                 gpus_per_run: int = 0, cpus_per_run: int = 1, setup: Sequence[str] = (),
+                 gpus_per_run: int = 0, cpus_per_run: int | None = None,
+                 setup: Sequence[str] = (),
                  parameters: Mapping[str, Any] | str | Path | None = None,
                  array_parallelism: int | None = None, cluster: str | None = None,
                  poll_s: float = 2.0) -> None:
@@ -147,6 +149,7 @@ class SubmititExecutor(Executor):
                 "--executor submitit: Slurm's sbatch is not on the PATH here; run the study on "
                 "the cluster's login node (or give the parameter cluster: local to try the "
                 "jobs on this machine)")
+        cpus_per_run = int(given.pop("cpus_per_task", 1) if cpus_per_run is None else cpus_per_run)
         if cpus_per_run < 1:
             raise CrlValueError(f"submitit: cpus_per_run must be >= 1; got {cpus_per_run}")
         self.cluster = cluster
