@@ -209,7 +209,8 @@ def test_custom_factory_errors_are_one_line(tmp_path: Path, factory_module: str,
     assert expected in line
 
 
-def test_custom_without_factory_and_missing_pretrained(tmp_path: Path) -> None:
+def test_custom_without_factory_and_bad_transformer_options(tmp_path: Path,
+                                                             tiny_bert: Path) -> None:
     data = _pairs(tmp_path / "pairs.jsonl")
     line = _one_line(_train(tmp_path, data, {"kind": "custom"}, files=COLUMNS))
     assert "kind 'custom' needs factory" in line
@@ -217,6 +218,9 @@ def test_custom_without_factory_and_missing_pretrained(tmp_path: Path) -> None:
                                              "pretrained": str(tmp_path / "none")},
                             files=COLUMNS))
     assert "model.pretrained:" in line and "is not a directory" in line
+    line = _one_line(_train(tmp_path, data, {"kind": "transformer", "freeze_layers": 9,
+                                             "pretrained": str(tiny_bert)}, files=COLUMNS))
+    assert "model.freeze_layers: the model has 2 layers; got 9" in line
 
 
 @pytest.mark.slow
