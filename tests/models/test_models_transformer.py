@@ -122,3 +122,24 @@ def test_default_is_the_bundled_minilm() -> None:
     from crl.models.transformer import resolve_model_dir
 
     assert resolve_model_dir(None) == minilm_model_dir()
+
+
+def test_loading_never_touches_the_network(tiny_bert: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"network access: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    # An older sentence-transformers layout: the transformer in a sub-folder named by
+    # modules.json.
+    root = tmp_path / "st-model"
+    shutil.copytree(tiny_bert, root / "0_Transformer")
+    (root / "modules.json").write_text(
+        '[{"idx": 0, "name": "0", "path": "0_Transformer", '
+        '"type": "sentence_transformers.models.Transformer"}]')
+    model = build_model(ModelConfig(kind="transformer", pretrained=str(root)), TEXT)
+    assert model.encode_a(model.text_featurizer(TEXTS)).shape == (4, 32)
