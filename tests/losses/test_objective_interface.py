@@ -48,7 +48,7 @@ def test_clip_logit_scale_lives_in_the_objective_from_the_model_section() -> Non
     objective = build_run_objective(cfg, num_samples=10, labels=None, epochs=1, num_classes=None)
     scale = objective.loss.logit_scale
     assert set(objective.state_dict()) == {"loss.logit_scale"}
-    assert float(scale) == 1.0 and scale.requires_grad
+    assert float(scale.detach()) == 1.0 and scale.requires_grad
     assert objective.temperature() == pytest.approx(math.exp(-1.0))
     with torch.no_grad():
         scale.fill_(10.0)
@@ -91,3 +91,44 @@ def test_objective_call_checks_shapes_and_hard_negatives_only_where_taken() -> N
         objective(za, za, torch.arange(4), hard=torch.randn(4, 2, 3))
     with pytest.raises(CrlValueError, match=r"\(B, D\)"):
         objective(za, za[:3], torch.arange(4))
+
+
+_VALUE_CHECKS = ("check_tensor", "check_pair", "check_mask", "check_index", "check_positive",
+                 "check_finite_scalar", "check_hard")
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+@pytest.mark.parametrize("regime", ["in_batch", "independent"])
+def test_the_trainer_call_runs_no_value_checks(name: str, regime: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks that read tensor values (and so synchronise with the device) run at the
+    public boundary only: the trainer's call of the objective (plain path) runs none."""
+    import sys
+
+    import crl._validation as validation
+    import crl.losses
+
+    if regime != "in_batch" and not OBJECTIVES[name].accepts_negative_sets:
+        pytest.skip("the loss takes in-batch negatives only")
+    negatives = {} if regime == "in_batch" else {"regime": regime, "m": 5, "seed": 0}
+    objective = build_objective(LossConfig(name=name), NegativesConfig(**negatives),
+                                num_samples=30, labels=torch.arange(30) % 3)
+    if name == "dcl":
+        pytest.skip("dcl calls the checked anchor_logsumexp (the demonstration loss)")
+    g = torch.Generator().manual_seed(0)
+    za, zb = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
+    hard = torch.randn(8, 2, 4, generator=g) if objective.loss.accepts_hard_negatives else None
+    checks = {id(getattr(validation, c)) for c in _VALUE_CHECKS}
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a value check ran in the trainer's call")
+
+    for module in [m for key, m in sys.modules.items() if key.startswith("crl")]:
+        for attr, value in list(vars(module).items()):
+            if id(value) in checks:
+                monkeypatch.setattr(module, attr, forbidden)
+    with pytest.raises(AssertionError, match="value check"):  # the public function checks
+        crl.losses.info_nce(za, zb)
+    loss, _ = objective(za, zb, torch.randperm(30, generator=g)[:8], torch.arange(8) % 3,
+                        hard=hard)
+    assert torch.isfinite(loss)

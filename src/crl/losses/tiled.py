@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from crl import _validation
 from crl._validation import check_int_range, check_pair, check_positive, check_tensor, describe
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
@@ -73,15 +74,9 @@ def densify(mask: TileMask, rows_index: Tensor, cols_index: Tensor, *,
 
 def check_index(where: str, name: str, index: object, length: int,
                 device: torch.device) -> Tensor:
-    """``index`` checked as ``(length,)`` integer dataset indices, on ``device``."""
-    if not isinstance(index, Tensor):
-        raise CrlTypeError(f"{where}: `{name}` must be a torch.Tensor; got {describe(index)}")
-    if index.dtype == torch.bool or index.is_floating_point() or index.is_complex():
-        raise CrlTypeError(f"{where}: `{name}` must have an integer dtype; got {index.dtype}")
-    if tuple(index.shape) != (length,):
-        raise CrlValueError(f"{where}: `{name}` must have shape ({length},) (one dataset index "
-                            f"per row); got {tuple(index.shape)}")
-    return index.to(device)
+    """``index`` checked as ``(length,)`` integer dataset indices
+    (:func:`crl._validation.check_index`), on ``device``."""
+    return _validation.check_index(where, name, index, length=length).to(device)
 
 
 def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, offset: int,
