@@ -35,6 +35,7 @@ from crl.experiments.executors import (
     require_extra,
 )
 from crl.experiments.negatives import NegativesStudy
+from crl.experiments.registry import get_study, study_names
 from crl.experiments.runner import run_study
 from crl.experiments.study import RunSpec
 from crl.rundir import read_jsonl
@@ -301,3 +302,14 @@ def test_cli_executor_errors_are_one_line(tmp_path: Path) -> None:
         assert message in result.output
         assert result.output.count("\n") == 1
     assert not (tmp_path / "gcl").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("name", study_names())
+def test_every_study_travels_to_the_workers(name: str) -> None:
+    """Executors pickle the study whole (the local pool with pickle, submitit and Ray with
+    cloudpickle): each registered study must survive the trip with its grid."""
+    import pickle
+
+    study = get_study(name, preset="smoke")
+    again = pickle.loads(pickle.dumps(study))
+    assert [s.run_id for s in again.runs()] == [s.run_id for s in study.runs()]
