@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import typer
 from typer.testing import CliRunner
 
 from crl.errors import CrlError, CrlTypeError, CrlValueError
@@ -221,6 +222,34 @@ def _cli_truncated_checkpoint(tmp: Path) -> list[str]:
     return args
 
 
+class _CreatesFile:
+    """Unpickling it would call ``open(path, "w")``: a checkpoint that runs code when loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (self.path, "w"))
+
+
+def _hostile_run(tmp: Path) -> Path:
+    """A stopped run whose checkpoint.pt would create ``tmp/pwned`` if trusted."""
+    from crl.train.checkpoint import CHECKPOINT_KEYS
+
+    run = _stopped_run(tmp)
+    state: dict[str, Any] = {key: 0 for key in CHECKPOINT_KEYS}
+    state["rng"] = _CreatesFile(tmp / "pwned")
+    torch.save(state, run / "checkpoint.pt")
+    return run
+
+
+def _fit_hostile(tmp: Path) -> Thunk:
+    from crl.train import fit
+
+    run = _hostile_run(tmp)
+    return lambda: fit(_tiny(), run, progress=False, resume=True)
+
+
 def _mkparent(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
@@ -406,6 +435,15 @@ CASES: list[Case] = [
     Case("unknown-loss", "API", "`--set loss.name=infonce`", CrlValueError,
          "loss.name: Input should be 'info_nce', 'clip', 'siglip'",
          "use one of the listed loss names", api=_config_api("loss.name=infonce")),
+    Case("config-not-finite", "API", "`--set optim.lr=nan` (or inf, in any float of the "
+         "config)", CrlValueError, "optim.lr: Input should be a finite number",
+         "give a finite number", api=_config_api("optim.lr=nan")),
+    Case("config-check-names-its-key", "API", "`--set eval.ks=[]` (a section's own check)",
+         CrlValueError, "eval.ks: ks must be a non-empty list of integers >= 1",
+         "give at least one cut-off k >= 1", api=_config_api("eval.ks=[]")),
+    Case("config-int-beyond-64-bits", "API", "`--set data.synthetic.dim=100000000000000000000`",
+         CrlValueError, "data.synthetic.dim: must fit in 64 bits", "give a realistic size",
+         api=_config_api("data.synthetic.dim=100000000000000000000")),
     Case("unknown-config-regime", "API", "`--set negatives.regime=global`", CrlValueError,
          "negatives.regime: Input should be 'shared', 'independent' or 'in_batch'",
          "use one of the listed regimes", api=_config_api("negatives.regime=global")),
@@ -474,6 +512,10 @@ CASES: list[Case] = [
     Case("corrupt-checkpoint", "API", "`fit(..., resume=True)` with 64 flipped bytes in the "
          "checkpoint", CrlError, "is truncated or corrupt",
          "delete checkpoint.pt to start the run over", api=_damaged_checkpoint(_flip_middle)),
+    Case("checkpoint-runs-code", "API", "`fit(..., resume=True)` with a checkpoint whose pickle "
+         "would create a file when loaded", CrlError,
+         "holds objects other than tensors and plain values (Unsupported global: GLOBAL io.open)",
+         "delete it: it was not written by crl (nothing in it ran)", api=_fit_hostile),
     Case("unknown-study", "API", "`get_study(\"negative\")`", CrlValueError,
          "crl study: unknown study 'negative'; valid values are 'negatives'",
          "use one of the listed studies",
@@ -507,6 +549,16 @@ CASES: list[Case] = [
     Case("cli-truncated-checkpoint", "CLI", "`crl train ... --resume` with a truncated "
          "checkpoint", CrlError, "is truncated or corrupt", "delete checkpoint.pt",
          cli=_cli_truncated_checkpoint),
+    Case("cli-hostile-checkpoint", "CLI", "`crl eval RUN_DIR` with a checkpoint whose pickle "
+         "would create a file when loaded", CrlError,
+         "holds objects other than tensors and plain values", "delete it (nothing in it ran)",
+         cli=lambda tmp: ["eval", str(_hostile_run(tmp))]),
+    Case("cli-bad-option-value", "CLI", "`crl train ... --nproc two` (any option of the wrong "
+         "type)", typer.BadParameter, "crl train: Invalid value for '--nproc'",
+         "give an integer; the line ends with where the help is", cli=_cli_train("--nproc", "two")),
+    Case("cli-missing-argument", "CLI", "`crl eval` without RUN_DIR", typer.BadParameter,
+         "crl eval: Missing argument", "give the argument (`crl eval --help`)",
+         cli=lambda tmp: ["eval"]),
     Case("cli-unknown-study-preset", "CLI", "`crl study negatives --preset huge`",
          CrlValueError, "unknown preset 'huge'; valid presets are 'smoke', 'quick', 'full'",
          "use smoke, quick or full",

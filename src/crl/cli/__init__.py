@@ -10,9 +10,11 @@ import os
 import typer
 
 from crl import __version__
+from crl.cli._common import OneLineErrorsGroup
 
 app = typer.Typer(
     name="crl",
+    cls=OneLineErrorsGroup,
     help=(
         "Contrastive representation learning: losses, negatives as their own axis, "
         "checkable theory, and studies of how many negatives your data can use."

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from crl.errors import CrlError
 
@@ -61,3 +62,45 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def usage_line(exc: typer.TyperException) -> str:
+    """A usage error (unknown option, a value of the wrong type, a missing argument) as one line:
+    the command, click's message and where the help is.
+
+    Example:
+        >>> usage_line(typer.BadParameter("'abc' is not a valid integer"))
+        "Invalid value: 'abc' is not a valid integer"
+    """
+    format_message = getattr(exc, "format_message", None)
+    message = " ".join((format_message() if callable(format_message) else str(exc)).split())
+    context = getattr(exc, "ctx", None)
+    if context is None:
+        return message
+    return f"{context.command_path}: {message} (see {context.command_path} --help)"
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """The ``crl`` group: a usage error is one line ``error: ...`` on stderr with exit code 2,
+    like crl's own errors (:func:`handle_errors`), instead of click's boxed usage text
+    (``--debug``: the exception with its traceback)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False,
+                                windows_expand_args=windows_expand_args, **extra)
+        except typer.TyperException as exc:  # click's usage errors
+            if not standalone_mode or debug_enabled():
+                raise
+            print(f"error: {usage_line(exc)}", file=sys.stderr)
+            sys.exit(int(getattr(exc, "exit_code", EXIT_BAD_INPUT)))
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)

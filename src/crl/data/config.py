@@ -169,8 +169,8 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: Literal["synthetic", "digits", "pycode", "files"] = "synthetic"
-    seed: int = 0
-    split_seed: int = 0
+    seed: int = Field(0, ge=0)
+    split_seed: int = Field(0, ge=0)
     num_train: int | None = Field(None, ge=1)
     val_fraction: float = Field(0.1, ge=0, lt=1)
     test_fraction: float = Field(0.2, ge=0, lt=1)

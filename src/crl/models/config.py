@@ -66,7 +66,7 @@ class ModelConfig(BaseModel):
             -> (B, D)``; for text data the first tower has ``featurize(texts) -> Tensor``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: ModelKind = "auto"
     embed_dim: int | None = Field(None, ge=1)

@@ -34,7 +34,7 @@ class NegativesConfig(BaseModel):
         100
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     regime: Literal["shared", "independent", "in_batch"] = "in_batch"
     m: int | None = Field(default=None, ge=1)

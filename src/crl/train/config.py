@@ -27,7 +27,7 @@ from crl.negatives.config import NegativesConfig
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class OptimConfig(_Section):

@@ -107,16 +107,41 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
             message = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f"; got {got!r}"
+            # A section's own check ("ks must be ...") is shown at the key it names: eval.ks.
+            section = _model_at(loc)
+            named = message.split(" ", 1)[0]
+            if section is not None and named in section.model_fields:
+                key = ".".join([*(str(p) for p in loc), named])
             lines.append(f"  {key}: {message}{shown}")
     return f"{origin}: {len(lines)} error(s) in the config:\n" + "\n".join(lines)
+
+
+#: The largest integer torch and numpy take (sizes, seeds, steps): ``2**63 - 1``.
+_INT64_MAX = 2**63 - 1
+
+
+def _oversized_ints(value: Any, key: str = "") -> list[str]:
+    """One line for every integer of a config beyond 64 bits (torch cannot hold it)."""
+    if isinstance(value, dict):
+        return [line for k, v in value.items()
+                for line in _oversized_ints(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, (list, tuple)):
+        return [line for i, v in enumerate(value) for line in _oversized_ints(v, f"{key}.{i}")]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        return [f"  {key}: must fit in 64 bits (at most 2**63 - 1 in size); got {value}"]
+    return []
 
 
 def validate_config(data: dict[str, Any], origin: str = "config") -> TrainConfig:
     """Validate a nested dict into a :class:`TrainConfig`, reporting every error together."""
     try:
-        return TrainConfig.model_validate(data)
+        config = TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise CrlValueError(format_validation_error(exc, origin)) from None
+    lines = _oversized_ints(config.model_dump())
+    if lines:
+        raise CrlValueError(f"{origin}: {len(lines)} error(s) in the config:\n" + "\n".join(lines))
+    return config
 
 
 def load_config(path_or_preset: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
