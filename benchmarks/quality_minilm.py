@@ -1,0 +1,212 @@
+"""One entry of the MiniLM fine-tuning comparison, in this process alone (for a clean peak RSS).
+
+On pycode's fixed split (``data.name: pycode``, default fractions and seeds), all-MiniLM-L6-v2
+(max sequence length 128, float32) is fine-tuned for one pass over the first ``--train-pairs``
+pairs of the seeded training order (``data.num_train``, the same pairs for every entry), then the
+first ``--test-pairs`` pairs of the test split are embedded and scored (recall@1 docstring ->
+code and code -> docstring, among those pairs):
+
+- ``frozen``: the model as shipped;
+- ``sentence_transformers``: its own recipe, ``MultipleNegativesRankingLoss`` (scale 20, cosine),
+  batch 64, lr 2e-5, 10% linear warm-up then linear decay, ``NO_DUPLICATES`` batches;
+- ``crl_clip_b64``: ``crl``'s trainer (``model.kind: transformer``), the CLIP loss with its
+  learnable scale, batch 64, lr 2e-5, 10% warm-up then cosine decay, no-duplicates sampler. The
+  run is stopped (``fit(stop_at=)``, with its checkpoint) after the pass, one step before a
+  budget of pass + 1 steps, so that crl's own evaluation of the whole val and test splits is
+  skipped; the checkpoint is then scored on the same test pairs as the others;
+- ``crl_gcl_b16``: the same with GCL (fixed temperature 0.05) at batch 16.
+
+Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
+
+    .venv/bin/python benchmarks/quality_minilm.py frozen --train-pairs 1280 --test-pairs 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch
+
+from crl.bench._measure import GIB, current_rss, machine_state, peak_rss
+from crl.data import load_data
+from crl.data.base import TextPairDataset
+from crl.data.config import DataConfig
+from crl.eval import retrieval_metrics
+from crl.models.text import minilm_model_dir
+
+ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16")
+MAX_SEQ_LENGTH = 128
+LR = 2e-5
+WARMUP = 0.1
+KS = (1, 5, 10)
+
+
+def _splits(train_pairs: int, test_pairs: int) -> tuple[Any, TextPairDataset]:
+    """The training subset and the first ``test_pairs`` test pairs of pycode's fixed split."""
+    splits = load_data(DataConfig(name="pycode", num_train=train_pairs), progress=False)
+    test = TextPairDataset(splits.test.a[:test_pairs], splits.test.b[:test_pairs])
+    return splits.train, test
+
+
+def _st_model() -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm_model_dir()), device="cpu")
+    model.max_seq_length = MAX_SEQ_LENGTH
+    return model
+
+
+def _st_scores(model: Any, test: Any) -> dict[str, float]:
+    """Embed the test split with the model (its own Normalize layer: cosine) and score it."""
+    model.eval()
+    with torch.no_grad():
+        za = model.encode(test.a, batch_size=64, convert_to_tensor=True, show_progress_bar=False)
+        zb = model.encode(test.b, batch_size=64, convert_to_tensor=True, show_progress_bar=False)
+    return retrieval_metrics(za.float(), zb.float(), ks=list(KS))
+
+
+def frozen(train_pairs: int, test_pairs: int) -> dict[str, Any]:
+    _, test = _splits(train_pairs, test_pairs)
+    model = _st_model()
+    wall = time.perf_counter()
+    scores = _st_scores(model, test)
+    return {"train_seconds": 0.0, "steps": 0, "eval_seconds": time.perf_counter() - wall,
+            "num_test": len(test), "metrics": scores}
+
+
+def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
+    """sentence-transformers' recipe with its own trainer and loss."""
+    import datasets
+    import pyarrow as pa
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    train_split, test = _splits(train_pairs, test_pairs)
+    model = _st_model()
+    # From an Arrow table: Dataset.from_dict fingerprints by pickling, which failed here.
+    train = datasets.Dataset(pa.table({"anchor": train_split.a, "positive": train_split.b}))
+    with tempfile.TemporaryDirectory(prefix="crl-st-") as out:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=out, num_train_epochs=1, per_device_train_batch_size=64,
+            learning_rate=LR, warmup_steps=WARMUP, batch_sampler=BatchSamplers.NO_DUPLICATES,
+            seed=0, report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True,
+            logging_steps=10)
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train,
+                                             loss=MultipleNegativesRankingLoss(model))
+        wall = time.perf_counter()
+        result = trainer.train()
+        train_seconds = time.perf_counter() - wall
+    wall = time.perf_counter()
+    scores = _st_scores(model, test)
+    return {"train_seconds": train_seconds, "steps": result.global_step,
+            "train_loss": result.training_loss, "eval_seconds": time.perf_counter() - wall,
+            "num_test": len(test), "metrics": scores}
+
+
+def crl_config(loss: str, batch: int, train_pairs: int) -> dict[str, Any]:
+    """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``)."""
+    steps = train_pairs // batch
+    loss_section: dict[str, Any] = ({"name": "clip"} if loss == "clip" else
+                                    {"name": "gcl", "temperature": 0.05, "symmetric": True})
+    return {
+        "data": {"name": "pycode", "num_train": train_pairs},
+        "model": {"kind": "transformer", "max_seq_length": MAX_SEQ_LENGTH, "pooling": "mean"},
+        "loss": loss_section,
+        "optim": {"name": "adamw", "lr": LR, "weight_decay": 0.0,
+                  "warmup_steps": max(1, round(WARMUP * steps))},
+        # steps + 1: fit(stop_at=steps) then stops before crl's whole-split evaluation
+        "train": {"seed": 0, "batch_size": batch, "steps": steps + 1,
+                  "sampler": "no_duplicates", "log_every": 10},
+        "eval": {"probe": False, "geometry": False, "risk": False, "batch_size": 64},
+    }
+
+
+def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int) -> dict[str, Any]:
+    """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored."""
+    import yaml
+
+    from crl.rundir import CHECKPOINT_FILE
+    from crl.train import build_run, config_hash, fit, load_config
+    from crl.train.checkpoint import load_checkpoint
+    from crl.train.evaluation import encode_split
+
+    _, test = _splits(train_pairs, test_pairs)
+    steps = train_pairs // batch
+    with tempfile.TemporaryDirectory(prefix="crl-quality-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(crl_config(loss, batch, train_pairs)))
+        cfg = load_config(path)
+        wall = time.perf_counter()
+        result = fit(cfg, Path(tmp) / "run", progress=False, stop_at=steps)
+        train_seconds = time.perf_counter() - wall
+        metrics_file = Path(tmp) / "run" / "metrics.jsonl"
+        lines = metrics_file.read_text().splitlines() if metrics_file.exists() else []
+        state = load_checkpoint(Path(tmp) / "run" / CHECKPOINT_FILE, config_hash=config_hash(cfg))
+    wall = time.perf_counter()
+    built = build_run(cfg, torch.device("cpu"))
+    built.model.load_state_dict(state["model"])
+    za, zb = encode_split(built.model, built.model.prepare(test), batch_size=64)
+    scores = retrieval_metrics(za, zb, ks=list(KS))
+    return {"train_seconds": train_seconds, "steps": result.step,
+            "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
+            "config": crl_config(loss, batch, train_pairs), "metrics": scores,
+            "last_log": json.loads(lines[-1]) if lines else None}
+
+
+def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
+    if entry == "frozen":
+        return frozen(train_pairs, test_pairs)
+    if entry == "sentence_transformers":
+        return sentence_transformers(train_pairs, test_pairs)
+    if entry == "crl_clip_b64":
+        return crl_entry("clip", 64, train_pairs, test_pairs)
+    if entry == "crl_gcl_b16":
+        return crl_entry("gcl", 16, train_pairs, test_pairs)
+    raise SystemExit(f"unknown entry {entry!r}; choose from {', '.join(ENTRIES)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("entry", choices=ENTRIES)
+    parser.add_argument("--train-pairs", type=int, default=1280)
+    parser.add_argument("--test-pairs", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import sentence_transformers  # noqa: F401  (part of every entry's baseline)
+
+    baseline = current_rss()
+    before = machine_state()
+    wall = time.perf_counter()
+    out = run(args.entry, args.train_pairs, args.test_pairs)
+    recall = out["metrics"]
+    n = out.get("num_test") or 0
+    for key in ("x2y", "y2x"):
+        value = recall.get(f"retrieval/{key}_recall@1")
+        if value is not None and n:
+            out[f"{key}_recall@1_se"] = math.sqrt(value * (1 - value) / n)
+    out.update({"entry": args.entry, "train_pairs": args.train_pairs,
+                "test_pairs": args.test_pairs, "threads": args.threads,
+                "wall_seconds": time.perf_counter() - wall,
+                "peak_rss_gib": peak_rss() / GIB, "baseline_rss_gib": baseline / GIB,
+                "peak_above_baseline_gib": (peak_rss() - baseline) / GIB,
+                "machine_before": before, "machine_after": machine_state()})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
