@@ -242,8 +242,8 @@ def test_a_missing_engine_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_gpus_per_run_need_cuda_runs() -> None:
-    with pytest.raises(CrlValueError, match="reserves GPUs, but the runs train on cpu; add "
-                                            "--device cuda"):
+    with pytest.raises(CrlValueError, match=r"reserves GPUs for runs that train on CUDA "
+                                            r"\(--device cuda\), but these runs train on cpu"):
         check_gpus("--gpus-per-run", 1, [_task("cpu")])
     check_gpus("--gpus-per-run", 1, [_task("cuda")])
     check_gpus("--gpus-per-run", 0, [_task("cpu")])

@@ -174,8 +174,9 @@ def check_gpus(where: str, gpus_per_run: int, tasks: Sequence[RunTask]) -> None:
         raise CrlValueError(f"{where} must be >= 0; got {gpus_per_run}")
     devices = {str(t.spec.config.get("train", {}).get("device", "cpu")) for t in tasks}
     if gpus_per_run and tasks and not any(d.startswith("cuda") for d in devices):
-        raise CrlValueError(f"{where} {gpus_per_run} reserves GPUs, but the runs train on "
-                            f"{', '.join(sorted(devices))}; add --device cuda")
+        raise CrlValueError(f"{where} {gpus_per_run} reserves GPUs for runs that train on CUDA "
+                            f"(--device cuda), but these runs train on "
+                            f"{', '.join(sorted(devices))}")
 
 
 def default_workers() -> int:
