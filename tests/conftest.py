@@ -1,14 +1,36 @@
-"""Test-suite setup: put ``tests/losses`` on ``sys.path`` so every test folder can import the
-float64 loss references with ``from loss_reference import ...`` (test folders have no
-``__init__.py``)."""
+"""Test-suite setup: put ``tests`` and ``tests/losses`` on ``sys.path`` so every test folder can
+import the shared tensor builders (``from shared_tensors import make_pair, make_leaf``) and the
+float64 loss references (``from loss_reference import ...``; test folders have no
+``__init__.py``), and offer the builders as fixtures."""
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-_LOSS_REFERENCES = str(Path(__file__).resolve().parent / "losses")
-if _LOSS_REFERENCES not in sys.path:
-    sys.path.insert(0, _LOSS_REFERENCES)
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+for _folder in (str(_HERE), str(_HERE / "losses")):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
+
+from shared_tensors import make_leaf as _make_leaf  # noqa: E402
+from shared_tensors import make_pair as _make_pair  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def make_pair() -> Callable[..., Any]:
+    """:func:`shared_tensors.make_pair`: paired embeddings ``(a, b)`` of shape ``(B, D)``."""
+    return _make_pair
+
+
+@pytest.fixture(scope="session")
+def make_leaf() -> Callable[..., Any]:
+    """:func:`shared_tensors.make_leaf`: a float64 leaf for gradient checks."""
+    return _make_leaf
+
 
 # The suite runs on two pytest-xdist workers on a 2-core machine: one torch thread each avoids
 # oversubscription, which makes tiny tensor ops thousands of times slower. BLAS pools likewise.

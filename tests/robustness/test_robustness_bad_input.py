@@ -29,6 +29,7 @@ import typer
 from typer.testing import CliRunner
 
 from crl.errors import CrlError, CrlTypeError, CrlValueError
+from shared_tensors import make_pair
 
 # ----------------------------------------------------------------------------- the cases
 
@@ -61,8 +62,7 @@ class Case:
 
 
 def _pair(batch: int = 4, dim: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return torch.randn(batch, dim, generator=gen), torch.randn(batch, dim, generator=gen)
+    return make_pair(batch, dim, dtype=torch.float32)
 
 
 def _with(value: float, where: tuple[int, int] = (1, 2)) -> torch.Tensor:
