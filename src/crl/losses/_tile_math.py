@@ -20,6 +20,13 @@ def spans(total: int, block: int) -> Iterator[tuple[int, int]]:
         yield start, min(start + block, total)
 
 
+def tile_spans(rows: int, cols: int, block: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(r0, r1, c0, c1)`` of every ``block x block`` tile of a ``rows x cols`` matrix, by rows."""
+    for r0, r1 in spans(rows, block):
+        for c0, c1 in spans(cols, block):
+            yield r0, r1, c0, c1
+
+
 def exp_floor(dtype: torch.dtype) -> float:
     """The smallest ``x`` whose ``exp(x)`` is a normal number of ``dtype``.
 
@@ -30,18 +37,24 @@ def exp_floor(dtype: torch.dtype) -> float:
     return math.log(torch.finfo(dtype).tiny) + 0.5
 
 
-def needs_floor(a_s: Tensor, b: Tensor, dtype: torch.dtype) -> bool:
+def logit_bound(a_s: Tensor, b: Tensor, dtype: torch.dtype) -> float:
+    """``max_i |a_s_i| max_j |b_j|`` (norms in ``dtype``), a bound on every ``|L_ij|`` (0 for
+    an empty side)."""
+    if a_s.numel() == 0 or b.numel() == 0:
+        return 0.0
+    return (float(torch.linalg.vector_norm(a_s, dim=1, dtype=dtype).max())
+            * float(torch.linalg.vector_norm(b, dim=1, dtype=dtype).max()))
+
+
+def needs_floor(bound: float, rows: int, cols: int, dtype: torch.dtype) -> bool:
     """Whether an ``exp`` argument of the kernel can fall below :func:`exp_floor`.
 
     Every argument is a logit minus a row's (or column's) maximum or log-sum-exp, so it is at
-    least ``-2 max_i |a_s_i| max_j |b_j| - log max(h, W)``; when that is above the floor the
+    least ``-2 bound - log max(h, W)`` (:func:`logit_bound`); when that is above the floor the
     clamps are no-ops and are skipped (two passes over every tile fewer). Masked entries are
     ``-inf`` and ``exp(-inf) = 0`` exactly, with no clamp.
     """
-    if a_s.numel() == 0 or b.numel() == 0:
-        return False
-    norms = float(a_s.to(dtype).norm(dim=1).max()) * float(b.to(dtype).norm(dim=1).max())
-    return 2.0 * norms + math.log(max(a_s.shape[0], b.shape[0])) + 1.0 >= -exp_floor(dtype)
+    return 2.0 * bound + math.log(max(rows, cols, 1)) + 1.0 >= -exp_floor(dtype)
 
 
 def precision_margin(dtype: torch.dtype, terms: int) -> float:

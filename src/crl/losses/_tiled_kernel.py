@@ -22,17 +22,19 @@ entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ 
 and ``P_col = P_row * exp(lse_row_i - lse_col_j)`` wherever that is exact in the dtype (other
 tiles take a second ``exp``; :mod:`crl.losses._tile_math`).
 
-Precision: tile products run in the inputs' dtype; for bfloat16 / float16 inputs the product
-tile is widened to float32 before its maximum and ``exp``, and log-sum-exps, counts, ``G`` and the
-gradient accumulators are float32 (``G`` is rounded to the input dtype only as an operand of the
-two gradient products); gradients are returned in the input dtype. Autocast is switched off
-inside, so the inputs' dtype decides.
+Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
+product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
+gradient accumulators are float32; gradients are returned in the input dtype. ``G`` is an operand
+of the two bf16 gradient products: where the forward's rounding of a logit is small (moderate
+scales, :data:`SHIFT_INSIDE_MAX_ERROR`) it is formed in the input dtype from the product
+``[a_s, -lse] @ [b, 1].T = L - lse_row`` (the shift accumulated in float32 inside the matmul,
+rounded once), else in float32 from the forward's own rounded logits and rounded at the end.
+Autocast is switched off inside, so the inputs' dtype decides.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import torch
@@ -42,14 +44,20 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from crl._validation import describe
 from crl.errors import CrlValueError
 from crl.losses._tile_math import (
+    Bounds,
     block_bounds,
     exp_floor,
+    logit_bound,
     needs_floor,
     precision_margin,
     span,
-    spans,
     tile_logsumexps,
+    tile_spans,
 )
+
+#: The largest rounding of a forward logit (``bound * u``) at which a narrow-dtype backward
+#: takes the row shift inside the product (logits of unit vectors at ``tau >= 0.04``).
+SHIFT_INSIDE_MAX_ERROR = 0.1
 
 
 @runtime_checkable
@@ -86,6 +94,11 @@ class TileNegatives:
         self.candidate_index = candidate_index
         self.include_positive = include_positive
         self.offset = offset
+
+    @property
+    def trivial(self) -> bool:
+        """True when every entry of every tile is a candidate (no mask, positive included)."""
+        return self.dense is None and self.tile_mask is None and self.include_positive
 
     def positives(self, r0: int, r1: int, c0: int, c1: int) -> tuple[int, int, int]:
         """The rows ``[lo, hi)`` of tile ``[r0, r1) x [c0, c1)`` whose positive lies in it, and
@@ -134,33 +147,53 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def scaled(a: Tensor, scale: Tensor) -> Tensor:
-    """``scale * a`` in ``a``'s dtype (computed in ``scale``'s) for a 0-dim or ``(h,)`` scale."""
-    s = scale.unsqueeze(1) if scale.dim() == 1 else scale
-    return (a.to(scale.dtype) * s).to(a.dtype)
+    """``scale * a`` in ``a``'s dtype, computed in ``scale``'s, for a 0-dim or ``(h,)`` scale
+    (one rounding for bfloat16 ``a``)."""
+    if scale.dim() == 0:
+        return a * scale  # a 0-dim tensor keeps a's dtype; the product is taken in scale's
+    return (a.to(scale.dtype) * scale.unsqueeze(1)).to(a.dtype)
 
 
-def _walk(a_s: Tensor, b: Tensor, acc: torch.dtype, block: int, tiles: TileNegatives
-          ) -> Iterator[tuple[int, int, int, int, Tensor, Tensor | None]]:
-    """Every tile ``[r0, r1) x [c0, c1)`` of ``L = a_s @ b.T`` in turn: ``(r0, r1, c0, c1,
-    logits (h, w) in dtype acc, excluded (h, w) bool or None)``, in buffers reused per tile.
-
-    The product runs in the inputs' dtype and is widened to ``acc`` when that differs."""
-    logits_buf = torch.empty(block * block, dtype=acc, device=a_s.device)
-    prod_buf = logits_buf if a_s.dtype == acc else a_s.new_empty(block * block)
-    excluded_buf = torch.empty(block * block, dtype=torch.bool, device=a_s.device)
-    for r0, r1 in spans(a_s.shape[0], block):
-        for c0, c1 in spans(b.shape[0], block):
-            h, w = r1 - r0, c1 - c0
-            logits = torch.mm(a_s[r0:r1], b[c0:c1].T, out=prod_buf[: h * w].view(h, w))
-            if prod_buf.data_ptr() != logits_buf.data_ptr():
-                logits = logits_buf[: h * w].view(h, w).copy_(logits)  # (h, w) in acc
-            excluded = tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w))
-            yield r0, r1, c0, c1, logits, excluded
+def _product(a_s: Tensor, b: Tensor, r0: int, r1: int, c0: int, c1: int, logits_buf: Tensor,
+             scratch: Tensor) -> Tensor:
+    """Tile ``L[r0:r1, c0:c1] = a_s[r0:r1] @ b[c0:c1].T`` ``(h, w)`` in ``logits_buf`` (the
+    accumulation dtype). The product runs in the inputs' dtype; when that is narrower it is
+    written into ``scratch`` (a buffer of the accumulation dtype, used by the caller only after)
+    and widened."""
+    h, w = r1 - r0, c1 - c0
+    if a_s.dtype == logits_buf.dtype:
+        return torch.mm(a_s[r0:r1], b[c0:c1].T, out=logits_buf[: h * w].view(h, w))
+    narrow = torch.mm(a_s[r0:r1], b[c0:c1].T, out=scratch.view(a_s.dtype)[: h * w].view(h, w))
+    return logits_buf[: h * w].view(h, w).copy_(narrow)
 
 
-def _add_product(acc: Tensor, g: Tensor, low: Tensor | None, y: Tensor) -> None:
-    """``acc += g @ y``; ``g`` is rounded into ``low`` first when ``y`` is of lower precision."""
+def _shift_inside(a_s: Tensor, b: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
+    """``([a_s, -hi, -lo, 0], [b, 1, 1, 0])`` in ``a_s``'s dtype, ``hi + lo = shift (h, 1)`` to
+    about twice that dtype's precision, zero-padded to a width of a multiple of 8: their product
+    is ``L - shift_i``, accumulated in float32 by the matmul and rounded once."""
+    hi = shift.to(a_s.dtype)
+    lo = (shift - hi.to(shift.dtype)).to(a_s.dtype)
+    pad = (-(a_s.shape[1] + 2)) % 8
+    left = torch.cat([a_s, -hi, -lo, a_s.new_zeros(a_s.shape[0], pad)], dim=1)
+    right = torch.cat([b, b.new_ones(b.shape[0], 2), b.new_zeros(b.shape[0], pad)], dim=1)
+    return left, right
+
+
+def _direction_factors(bounds: Bounds, bi: int, bj: int, shift_rows: Tensor,
+                       shift_cols: Tensor, grad_cols: Tensor) -> tuple[Tensor, Tensor]:
+    """``u (h,) = exp(lse_row_i - low)`` and ``t (w,) = exp(low - lse_col_j) g_col_j`` with
+    ``low`` the smallest log-sum-exp of the tile's blocks: ``u_i t_j = exp(lse_row_i -
+    lse_col_j) g_col_j``, both in range when the blocks span at most the window."""
+    low = min(bounds[0][bi], bounds[2][bj])
+    u = (shift_rows - low).exp_()  # in [1, e^window]
+    t = (low - shift_cols).exp_().mul_(grad_cols)
+    return u, t
+
+
+def _add_product(acc: Tensor, g: Tensor | None, low: Tensor | None, y: Tensor) -> None:
+    """``acc += g @ y``, from ``low`` (``G`` in ``y``'s narrower dtype) when given."""
     if low is None:
+        assert g is not None
         acc.addmm_(g, y)
     else:
         acc.add_(torch.mm(low, y))
@@ -183,9 +216,16 @@ class _TiledLogSumExp(torch.autograd.Function):
             count_rows = torch.zeros(n_rows, dtype=torch.int64, device=a.device)
             count_cols = torch.zeros(n_cols, dtype=torch.int64, device=a.device)
             work_buf = lse_rows.new_empty(block * block)
-            clamp = needs_floor(a_s, b, acc)
-            for r0, r1, c0, c1, logits, excluded in _walk(a_s, b, acc, block, tiles):
+            bound = logit_bound(a_s, b, acc)
+            clamp = needs_floor(bound, n_rows, n_cols, acc)
+            logits_buf = lse_rows.new_empty(block * block)
+            excluded_buf = (None if tiles.trivial else
+                            torch.empty(block * block, dtype=torch.bool, device=a.device))
+            for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
                 h, w = r1 - r0, c1 - c0
+                logits = _product(a_s, b, r0, r1, c0, c1, logits_buf, work_buf)
+                excluded = (None if excluded_buf is None else
+                            tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
                 lo, hi, k = tiles.positives(r0, r1, c0, c1)
                 if hi > lo:
                     diagonal[lo:hi] = logits.diagonal(k)
@@ -205,6 +245,8 @@ class _TiledLogSumExp(torch.autograd.Function):
                     torch.logaddexp(part, tile_cols, out=part)
         ctx.save_for_backward(a, b, scale, lse_rows, lse_cols)
         ctx.block = block  # type: ignore[attr-defined]
+        ctx.clamp = clamp  # type: ignore[attr-defined]
+        ctx.bound = bound  # type: ignore[attr-defined]
         ctx.tiles = tiles  # type: ignore[attr-defined]
         ctx.mark_non_differentiable(count_rows, count_cols)
         ctx.set_materialize_grads(False)
@@ -217,16 +259,20 @@ class _TiledLogSumExp(torch.autograd.Function):
         a, b, scale, lse_rows, lse_cols = ctx.saved_tensors
         with torch.autocast(a.device.type, enabled=False):
             grads = _backward(a, b, scale, lse_rows, lse_cols, ctx.block, ctx.tiles,
+                              (ctx.clamp, ctx.bound),
                               ctx.needs_input_grad[:3], grad_rows, grad_cols, grad_diagonal)
         return (*grads, None, None, None)
 
 
 def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: Tensor,
-              block: int, tiles: TileNegatives, needs: tuple[bool, ...],
+              block: int, tiles: TileNegatives, ranges: tuple[bool, float],
+              needs: tuple[bool, ...],
               grad_rows: Tensor | None, grad_cols: Tensor | None,
               grad_diagonal: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """The gradients of ``a``, ``b`` and ``scale`` (module docstring, **backward**)."""
+    """The gradients of ``a``, ``b`` and ``scale`` (module docstring, **backward**);
+    ``ranges``: whether the exps need clamping, and the bound on ``|L_ij|``."""
     need_a, need_b, need_scale = needs
+    clamp, bound = ranges
     want_a = need_a or need_scale  # grad_scale is read off the grad_a accumulator
     n_rows, n_cols = a.shape[0], b.shape[0]
     acc = scale.dtype
@@ -241,7 +287,6 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
         shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
                       if grad_cols is not None else None)  # (1, W)
         floor = exp_floor(acc)
-        clamp = needs_floor(a_s, b, acc)
 
         def exp_(x: Tensor) -> Tensor:
             """``exp`` in place, of arguments clamped at the floor where one can be below it."""
@@ -254,39 +299,77 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
         window = -floor - precision_margin(acc, 4 * max(n_rows, n_cols))
         bounds = block_bounds(shift_rows.squeeze(1), shift_cols, block)
         grad_buf = acc_a.new_empty(block * block)
-        low_buf = None if a.dtype == acc else a.new_empty(block * block)
-        for r0, r1, c0, c1, logits, excluded in _walk(a_s, b, acc, block, tiles):
+        logits_buf = acc_a.new_empty(block * block)
+        narrow = a.dtype != acc
+        # Narrow inputs: G rounded for the gradient products, and a factor, in the logits'
+        # buffer (free by then). Where the forward's rounding of a logit (at most bound * u,
+        # u the unit roundoff) is small, the row shift rides inside the product, P_row = its
+        # exp: three passes over the tile instead of six; elsewhere (very low temperatures)
+        # the backward recomputes the forward's rounded logits, so P_row sums to 1 exactly.
+        low_buf = logits_buf.view(a.dtype) if narrow else None
+        inside = narrow and bound * torch.finfo(a.dtype).eps / 2 <= SHIFT_INSIDE_MAX_ERROR
+        shifted = _shift_inside(a_s, b, shift_rows) if inside else None
+        excluded_buf = (None if tiles.trivial else
+                        torch.empty(block * block, dtype=torch.bool, device=a.device))
+        for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
             h, w = r1 - r0, c1 - c0
-            if excluded is not None:
-                logits.masked_fill_(excluded, -math.inf)
-            g = grad_buf[: h * w].view(h, w)
-            if (grad_rows is not None and shift_cols is not None
+            excluded = (None if excluded_buf is None else
+                        tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
+            fast = (grad_rows is not None and shift_cols is not None
                     and grad_cols is not None and bounds is not None
-                    and span(bounds, r0 // block, c0 // block) <= window):
-                low = min(bounds[0][r0 // block], bounds[2][c0 // block])
-                torch.sub(logits, shift_rows[r0:r1], out=g)
-                exp_(g)  # P_row
-                u = (shift_rows[r0:r1, 0] - low).exp_()  # (h,) in [1, e^window]
-                t = (low - shift_cols[0, c0:c1]).exp_().mul_(grad_cols[c0:c1])  # (w,)
-                # G = P_row * (g_row_i + g_col_j exp(lse_row_i - lse_col_j))
-                factor = torch.addr(grad_rows[r0:r1].unsqueeze(1), u, t, out=logits)
-                g.mul_(factor)
-            elif grad_rows is not None:
-                torch.sub(logits, shift_rows[r0:r1], out=g)
-                exp_(g)  # P_row
-                g.mul_(grad_rows[r0:r1].unsqueeze(1))
-                if shift_cols is not None and grad_cols is not None:
-                    p_col = exp_(logits.sub_(shift_cols[:, c0:c1]))
-                    g.addcmul_(p_col, grad_cols[c0:c1].unsqueeze(0))
-            elif shift_cols is not None and grad_cols is not None:
-                torch.sub(logits, shift_cols[:, c0:c1], out=g)
-                exp_(g).mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
-            g_low = None if low_buf is None else low_buf[: h * w].view(h, w).copy_(g)
+                    and span(bounds, r0 // block, c0 // block) <= window)
+            g: Tensor | None = None
+            g_low: Tensor | None = None
+            if low_buf is not None and shifted is not None and grad_rows is not None \
+                    and (fast or grad_cols is None):
+                # (h, w) in the inputs' dtype: L - lse_row, then P_row, then G
+                g_low = torch.mm(shifted[0][r0:r1], shifted[1][c0:c1].T,
+                                 out=low_buf[: h * w].view(h, w))
+                if excluded is not None:
+                    g_low.masked_fill_(excluded, -math.inf)
+                exp_(g_low)
+                if fast:
+                    assert bounds is not None and shift_cols is not None
+                    assert grad_cols is not None
+                    u, t = _direction_factors(bounds, r0 // block, c0 // block,
+                                              shift_rows[r0:r1, 0], shift_cols[0, c0:c1],
+                                              grad_cols[c0:c1])
+                    factor = low_buf[block * block: block * block + h * w].view(h, w)
+                    g_low.mul_(torch.addr(grad_rows[r0:r1].unsqueeze(1).to(a.dtype),
+                                          u.to(a.dtype), t.to(a.dtype), out=factor))
+                else:
+                    g_low.mul_(grad_rows[r0:r1].unsqueeze(1).to(a.dtype))
+            else:
+                logits = _product(a_s, b, r0, r1, c0, c1, logits_buf, grad_buf)
+                if excluded is not None:
+                    logits.masked_fill_(excluded, -math.inf)
+                g = grad_buf[: h * w].view(h, w)
+                if fast:
+                    assert bounds is not None and shift_cols is not None
+                    assert grad_rows is not None and grad_cols is not None
+                    torch.sub(logits, shift_rows[r0:r1], out=g)
+                    exp_(g)  # P_row
+                    u, t = _direction_factors(bounds, r0 // block, c0 // block,
+                                              shift_rows[r0:r1, 0], shift_cols[0, c0:c1],
+                                              grad_cols[c0:c1])
+                    # G = P_row * (g_row_i + g_col_j exp(lse_row_i - lse_col_j))
+                    g.mul_(torch.addr(grad_rows[r0:r1].unsqueeze(1), u, t, out=logits))
+                elif grad_rows is not None:
+                    torch.sub(logits, shift_rows[r0:r1], out=g)
+                    exp_(g)  # P_row
+                    g.mul_(grad_rows[r0:r1].unsqueeze(1))
+                    if shift_cols is not None and grad_cols is not None:
+                        p_col = exp_(logits.sub_(shift_cols[:, c0:c1]))
+                        g.addcmul_(p_col, grad_cols[c0:c1].unsqueeze(0))
+                elif shift_cols is not None and grad_cols is not None:
+                    torch.sub(logits, shift_cols[:, c0:c1], out=g)
+                    exp_(g).mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
+                g_low = None if low_buf is None else low_buf[: h * w].view(h, w).copy_(g)
             if want_a:
                 _add_product(acc_a[r0:r1], g, g_low, b[c0:c1])
             if need_b:
-                _add_product(acc_b[c0:c1], g.T, None if g_low is None else g_low.T,
-                             a_s[r0:r1])
+                _add_product(acc_b[c0:c1], None if g is None else g.T,
+                             None if g_low is None else g_low.T, a_s[r0:r1])
     if grad_diagonal is not None:
         own = slice(tiles.offset, tiles.offset + n_rows)  # the rows' positives
         acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own].to(acc))
