@@ -82,7 +82,8 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
     """
     path = Path(path)
     if not path.is_file():
-        raise CrlError(f"resume: no checkpoint at {path}; start the run without --resume")
+        raise CrlError(f"no checkpoint at {path}: the run has not written one yet (every "
+                       "train.checkpoint_every steps and at its end); start it without --resume")
     try:
         # torch.load does not check the zip entries' CRC-32: flipped bytes in the tensor data
         # would load as silently wrong weights, so the archive is verified first.
@@ -109,16 +110,16 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
         # size); every one of them means the same thing here.
         raise _corrupt(path, exc) from None
     if not isinstance(state, dict) or any(k not in state for k in CHECKPOINT_KEYS):
-        raise CrlError(f"resume: {path} is not a crl checkpoint (missing keys); delete it to "
+        raise CrlError(f"{path} is not a crl checkpoint (missing keys); delete it to "
                        "start over")
     if state["crl_version"] != __version__:
         raise CrlError(
-            f"resume: checkpoint {path} was written by crl {state['crl_version']}, this is crl "
+            f"checkpoint {path} was written by crl {state['crl_version']}, this is crl "
             f"{__version__}; resume it with that version or start a new run"
         )
     if config_hash is not None and state["config_hash"] != config_hash:
         raise CrlError(
-            f"resume: checkpoint {path} belongs to config {state['config_hash']}, not to the "
+            f"checkpoint {path} belongs to config {state['config_hash']}, not to the "
             f"given config {config_hash}; resume with the config in {path.parent / 'config.json'}"
         )
     return state
@@ -126,7 +127,7 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
 
 def _corrupt(path: Path, exc: BaseException) -> CrlError:
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return CrlError(f"resume: checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
+    return CrlError(f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
                     f"{first}); delete it to start over")
 
 
