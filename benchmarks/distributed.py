@@ -7,7 +7,8 @@ whole-batch call of one process, in one process on the same inputs (the loss's w
 depend on the process group; the all-gathers are not timed). Expected: about ``1 / N`` of the
 whole batch's time.
 
-Writes ``benchmarks/results/distributed.json``. Run from the repository root:
+Writes ``runs/bench/distributed.json`` (``--out benchmarks/results/distributed.json`` to record
+a new measurement in the repository). Run from the repository root:
 
     .venv/bin/python benchmarks/distributed.py [--batch-sizes 4096,8192] [--threads 2]
 """
@@ -31,7 +32,7 @@ from crl.negatives import NegativesConfig
 from crl.rundir import write_json
 from crl.train.config import LossConfig
 
-RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
+RESULTS = Path(__file__).resolve().parents[1] / "runs" / "bench" / "distributed.json"
 
 
 def _time(loss: dict[str, Any], negatives: dict[str, Any], batch: int, dim: int,
