@@ -40,22 +40,41 @@ def negatives(
     metric: str | None = typer.Option(
         None, "--metric", help="Summary metric to fit (default: recall@1; digits: probe/knn_acc)."),
     tolerance: float = typer.Option(0.01, "--tolerance", help="delta of m*(n; delta)."),
-    temperature: float = typer.Option(0.05, "--temperature", help="GCL temperature."),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help="GCL temperature (default 0.05; with --config, its own)."),
+    config: str | None = typer.Option(
+        None, "--config", help="A crl train config (YAML or preset) to sweep: its data, model, "
+        "loss options and optimiser stay; the study sets n, m, seeds, budget and batch."),
+    ns: str | None = typer.Option(None, "--ns", help="Anchors n, e.g. 500,1500,4000."),
+    fractions: str | None = typer.Option(None, "--fractions", help="m/n, e.g. 0.1,0.4,1."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Seeds, e.g. 0,1,2,3."),
+    budget: int | None = typer.Option(None, "--budget", help="Processed samples per run."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Batch size of every run."),
+    device: str | None = typer.Option(None, "--device", help="cpu or cuda for every run."),
+    target_n: int | None = typer.Option(
+        None, "--target-n", help="The n to recommend m for (default: the whole training split)."),
+    refine_runs: int | None = typer.Option(
+        None, "--refine-runs", help="Run budget of the refinement stage (0: off)."),
     out: Path = _OUT,
     workers: int | None = _WORKERS,
     no_progress: bool = _NO_PROGRESS,
     executor: Executor | None = None,
 ) -> None:
-    """How many negatives can your data use? Fits m*(n) and writes a report.
+    """How many negatives can your data use? Fits m*(n), recommends m for your n and writes a
+    report.
 
     Example: crl study negatives --preset quick --data pycode --out runs
     """
     from crl.experiments.api import run_and_report
+    from crl.experiments.negatives_grid import parse_list
 
     outcome, analysis = run_and_report(
         "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,
         data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature,
-        executor=executor)
+        config=config, ns=parse_list("--ns", ns, int),
+        fractions=parse_list("--fractions", fractions, float),
+        seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
+        device=device, target_n=target_n, refine_runs=refine_runs, executor=executor)
     _finish(outcome.study_dir, analysis.headline)
 
 

@@ -1,4 +1,4 @@
-"""``crl study calibration``: excess AUC against excess risk along training (THEORY.md s. 4).
+"""``crl study calibration``: excess AUC against excess risk along training (docs/theory.md §4).
 
 On tabular models, where the population risk ``L`` and the AUC criterion ``E`` of any score table
 are exact sums, a score table is trained by Adam on sampled anchors, positives and negatives with

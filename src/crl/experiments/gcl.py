@@ -1,4 +1,4 @@
-"""``crl study gcl``: small-batch GCL against mini-batch InfoNCE (THEORY.md section 3).
+"""``crl study gcl``: small-batch GCL against mini-batch InfoNCE (docs/negatives.md).
 
 The mini-batch InfoNCE gradient is biased (the batch mean sits inside the log), so what it
 minimises moves with the batch size; the global contrastive loss keeps a running estimate ``u_i`` of
@@ -61,6 +61,10 @@ class GclStudy(Study):
                     tags = {"batch": "full" if batch == 0 else batch, "batch_size": size,
                             "loss": loss, "seed": seed}
                     specs.append(RunSpec(config, tags, label=f"{loss}-b{size}-s{seed}"))
+        from crl.train import validate_config
+
+        for spec in specs:  # checked once here, before any worker starts
+            validate_config(spec.config, origin=f"study gcl run {spec.run_id}")
         return specs
 
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:

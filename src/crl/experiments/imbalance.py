@@ -1,6 +1,6 @@
 """``crl study imbalance``: does contrastive pre-training help under class imbalance?
 
-(THEORY.md section 7.) On scikit-learn's digits with long-tailed training splits (most/least
+(docs/theory.md §6.) On scikit-learn's digits with long-tailed training splits (most/least
 frequent class ratio r in {1, 10, 50, 100}; validation and test stay balanced), three learners see
 the same labelled images and the same budget of steps:
 
@@ -119,6 +119,11 @@ class ImbalanceStudy(Study):
                     specs.append(RunSpec(config, {"ratio": ratio, "method": method,
                                                   "seed": seed},
                                          label=f"r{ratio}-{method}-s{seed}"))
+        from crl.train import validate_config
+
+        for spec in specs:  # checked once here, before any worker starts
+            if spec.config["method"] != "supervised":
+                validate_config(self.train_config(spec.config), origin=spec.run_id)
         return specs
 
     @staticmethod

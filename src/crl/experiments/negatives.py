@@ -1,136 +1,117 @@
-"""``crl study negatives``: how many negatives can this data use? (THEORY.md section 6)
+"""``crl study negatives``: how many negatives can this data use? (docs/negatives.md)
 
-The seed paper's experiment at our scale. For several numbers of anchors ``n`` (nested subsets of
-the training split), numbers of negatives per anchor ``m = f * n`` for ``f`` from 1% to 100%, both
-regimes (each anchor its own negative set, or one set shared by all) and several seeds, a model is
-trained with the global contrastive loss at a fixed batch size (so ``m`` does not depend on the
-batch) for a fixed budget of processed samples. Every run is evaluated on the same held-out test
-pairs. The analysis fits ``err(m) = E_inf + A m^-beta`` per ``(regime, n)``, reads off the critical
-``m*(n; delta)`` (the smallest ``m`` within ``delta`` of the asymptote) with a bootstrap interval,
-fits ``log m* = alpha log n + c`` and compares with the paper (saturation near ``m = 0.4 n``;
-``alpha`` between 0.5 and 1).
+The paper's experiment at our scale (Li, Wei, Yang and Ying, 2026; see
+:mod:`crl.experiments.paper`). For several numbers of anchors ``n`` (nested subsets of the
+training split), numbers of negatives per anchor ``m = f * n``, both regimes (each anchor its own
+negative set, or one set shared by all) and several seeds, a model is trained with the global
+contrastive loss at a fixed batch size (so ``m`` does not depend on the batch) for a fixed budget
+of processed samples. Every run is evaluated on the same held-out test pairs. The analysis
+locates ``m*`` per (regime, n) paired by seed, with censoring, fits ``m*(n) = e^c n^alpha`` per
+regime and recommends m for the user's n; a refinement stage adds runs where an interval is
+wide. With ``config=`` the sweep runs the user's own ``crl train`` config.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from crl.errors import CrlValueError
-from crl.experiments.negatives_analysis import REGIMES, build_analysis
+from crl.experiments import negatives_grid as grids
+from crl.experiments.metrics import metric_spec
+from crl.experiments.negatives_analysis import StudyFacts, build_analysis
+from crl.experiments.negatives_refine import plan_refinement
+from crl.experiments.negatives_setup import DATA_FILE, check_data, setup_section
+from crl.experiments.negatives_stats import REGIMES, estimate_cells
 from crl.experiments.study import Analysis, RunSpec, Study
+from crl.rundir import read_json, write_json
 
-FRACTIONS_FULL = (0.01, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0)
-DATA_NAMES = ("pycode", "digits", "synthetic")
+FRACTIONS_FULL = grids.FRACTIONS_FULL
 #: The summary metric per data set when none is given: on digits the pairs are two augmented
 #: views of one image and held-out instance recall@1 stays near chance (about 0.02 among 360
 #: test images at the quick budget, unmoved by m), so the class-level kNN accuracy is used.
 DEFAULT_METRICS = {"digits": "probe/knn_acc"}
-
-
-@dataclass(frozen=True)
-class Grid:
-    """The sweep of one preset: anchors ``ns``, fractions ``m/n``, seeds, samples budget."""
-
-    ns: tuple[int, ...]
-    fractions: tuple[float, ...]
-    seeds: tuple[int, ...]
-    budget: int
-    batch_size: int
-
-
-# Per data set and preset. Budgets are processed samples per run, equal for every n (the paper's
-# design), so smaller n means more epochs over the same anchors.
-GRIDS: dict[str, dict[str, Grid]] = {
-    "pycode": {
-        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
-        "quick": Grid((500, 1500, 4000), FRACTIONS_FULL, (0, 1), 24_000, 128),
-        "full": Grid((1000, 2500, 6000, 15000), FRACTIONS_FULL, (0, 1, 2), 200_000, 256),
-    },
-    "digits": {
-        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
-        "quick": Grid((150, 400, 1200), FRACTIONS_FULL, (0, 1), 20_000, 128),
-        "full": Grid((150, 400, 1200), FRACTIONS_FULL, (0, 1, 2), 100_000, 256),
-    },
-    "synthetic": {
-        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
-        "quick": Grid((256, 768, 2048), FRACTIONS_FULL, (0, 1), 16_000, 128),
-        "full": Grid((512, 2048, 8192, 32768), FRACTIONS_FULL, (0, 1, 2), 200_000, 256),
-    },
-}
-GRIDS["files"] = GRIDS["synthetic"]
-
-
-def _data_section(data: str) -> tuple[str, dict[str, Any]]:
-    """The data set's kind and ``data`` config for ``--data NAME|FILE``."""
-    if data in DATA_NAMES:
-        section: dict[str, Any] = {"name": data}
-        if data == "synthetic":
-            # A 16-dim latent-class pool: enough structure for m to matter, fast to train.
-            section["synthetic"] = {"model": "correlated_gaussian", "dim": 16, "rho": 0.6,
-                                    "num_samples": 6000}
-        return data, section
-    path = Path(data)
-    if path.suffix not in (".npz", ".jsonl"):
-        raise CrlValueError(
-            f"study negatives: `--data` must be one of {', '.join(DATA_NAMES)} or a .npz/.jsonl "
-            f"file; got {data!r}"
-        )
-    if not path.is_file():
-        raise CrlValueError(f"study negatives: data file {data!r} does not exist")
-    return "files", {"name": "files", "files": {"path": str(path.resolve())}}
-
-
-def _model_section(kind: str, model: str | None) -> dict[str, Any]:
-    if model is not None:
-        return {"kind": model}
-    if kind == "pycode":
-        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 64, "head": "linear"}
-    if kind == "digits":
-        return {"kind": "cnn", "embed_dim": 64, "hidden_dim": 128, "shared_tower": True}
-    return {"kind": "mlp", "embed_dim": 32, "hidden_dim": 128}
+REFINEMENT_FILE = "refinement.json"
+#: Refinement stages at most (each plans from the runs of all earlier ones).
+MAX_STAGES = 3
 
 
 class NegativesStudy(Study):
     """The negatives-versus-anchors study (see the module docstring).
 
     Options:
-        data: ``pycode`` (default), ``digits``, ``synthetic``, or a ``.npz``/``.jsonl`` file.
-        model: Model kind (default per data set; for ``pycode`` towers trained from scratch
-            over MiniLM's tokenizer, ``frozen_minilm`` for heads over frozen MiniLM features).
-        metric: The summary metric whose error is fitted (default: mean recall@1 both ways;
-            on ``digits``, whose pairs are two augmentations of one image and whose instance
-            recall stays near chance, the class-level ``probe/knn_acc``). A ``probe/...``
-            metric turns on the probes of every run.
+        data: ``pycode`` (default), ``digits``, ``synthetic``, or a ``.npz``/``.jsonl`` file
+            (the model then follows the data, as in ``crl train``).
+        config: A ``crl train`` YAML config (or preset name) to sweep: its data, model, loss
+            options and optimiser stay; the study sets n, m, the seeds, the budget and the batch
+            and trains with GCL unless the config asks for another loss with a negative set.
+        model: Model kind (default per data set).
+        metric: The summary metric (default: mean recall@1 both ways; on ``digits``
+            ``probe/knn_acc``); its direction is declared in :mod:`crl.experiments.metrics`.
         tolerance: ``delta`` of ``m*(n; delta)``, in the metric's units.
-        temperature: GCL's ``tau``.
+        temperature: GCL's ``tau`` (default 0.05; with ``config``, the config's).
+        ns, fractions, seeds, budget, batch_size: Override the preset's grid.
+        device: ``cpu`` or ``cuda`` for every run.
+        target_n: The n to recommend m for (default: the whole training split).
+        refine_runs: Run budget of the refinement stage (default per preset; 0: off).
     """
 
     name = "negatives"
     description = "How many negatives per anchor can this data use? m*(n) with intervals."
 
-    def __init__(self, preset: str = "quick", *, data: str = "pycode", model: str | None = None,
-                 metric: str | None = None, tolerance: float = 0.01,
-                 temperature: float = 0.05) -> None:
-        if metric is None:
-            metric = DEFAULT_METRICS.get(data, "recall@1")
-        if metric.startswith("probe/") and data == "pycode":
-            raise CrlValueError(f"study negatives: metric {metric!r} needs labelled data; the "
-                                "pycode pairs have no labels (use recall@1, or --data digits)")
-        super().__init__(preset, data=data, model=model, metric=metric, tolerance=tolerance,
-                         temperature=temperature)
-        self.kind, self.data_section = _data_section(data)
-        self.model_section = _model_section(self.kind, model)
-        self.grid = GRIDS[self.kind][preset]
-        self.metric = metric
+    def __init__(self, preset: str = "quick", *, data: str = "pycode", config: str | None = None,
+                 model: str | None = None, metric: str | None = None, tolerance: float = 0.01,
+                 temperature: float | None = None, ns: list[int] | None = None,
+                 fractions: list[float] | None = None, seeds: list[int] | None = None,
+                 budget: int | None = None, batch_size: int | None = None,
+                 device: str | None = None, target_n: int | None = None,
+                 refine_runs: int | None = None) -> None:
+        given = {"config": config, "model": model, "temperature": temperature, "ns": ns,
+                 "fractions": fractions, "seeds": seeds, "budget": budget,
+                 "batch_size": batch_size, "device": device, "target_n": target_n,
+                 "refine_runs": refine_runs}
+        super().__init__(preset, data=data, metric=metric, tolerance=tolerance,
+                         **{k: v for k, v in given.items() if v is not None})
+        self.base: dict[str, Any] | None = None
+        if config is not None:
+            if model is not None:
+                raise CrlValueError("study negatives: give `--model` or `--config`, not both "
+                                    "(the config names its model)")
+            from crl.train import load_config
+
+            self.base = load_config(config).model_dump(mode="json")
+            data_name = str(self.base["data"]["name"])
+            self.kind = data_name if data_name in grids.DATA_NAMES else "files"
+            self.data_section = self.base["data"]
+        else:
+            self.kind, self.data_section = grids.data_section(data)
+        self.model_section = (self.base["model"] if self.base is not None
+                              else grids.model_section(self.kind, model))
+        data_name = self.kind if self.base is None else str(self.base["data"]["name"])
+        self.metric = metric or DEFAULT_METRICS.get(data_name, "recall@1")
+        self.spec = metric_spec(self.metric)
+        if self.metric.startswith("probe/") and data_name == "pycode":
+            raise CrlValueError(f"study negatives: metric {self.metric!r} needs labelled data; "
+                                "the pycode pairs have no labels (use recall@1, or --data digits)")
+        self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=ns,
+                                        fractions=fractions, seeds=seeds, budget=budget,
+                                        batch_size=batch_size, refine_runs=refine_runs)
         self.tolerance = float(tolerance)
-        self.temperature = float(temperature)
+        self.temperature = temperature
+        self.device = device
+        if target_n is not None and (int(target_n) != target_n or target_n < 2):
+            raise CrlValueError(f"study negatives: `--target-n` must be an integer >= 2; got "
+                                f"{target_n!r}")
+        self.target_n = target_n
+        self.added: list[dict[str, Any]] = []
+
+    # -- the grid -------------------------------------------------------------------------
 
     def runs(self) -> list[RunSpec]:
+        from crl.train import validate_config
+
         grid = self.grid
         specs = []
         for n in grid.ns:
@@ -139,28 +120,35 @@ class NegativesStudy(Study):
                 for regime in REGIMES:
                     for seed in grid.seeds:
                         specs.append(self._spec(n, m, fraction, regime, seed))
+        for a in self.added:
+            specs.append(self._spec(a["n"], a["m"], a["m"] / a["n"], a["regime"], a["seed"],
+                                    stage=a["stage"]))
+        checked: set[str] = set()
+        for spec in specs:  # every config is checked here, once, before any worker starts
+            if spec.run_id not in checked:
+                validate_config(spec.config, origin=f"study negatives run {spec.run_id}")
+                checked.add(spec.run_id)
         return specs
 
-    def _spec(self, n: int, m: int, fraction: float, regime: str, seed: int) -> RunSpec:
-        grid = self.grid
+    def _spec(self, n: int, m: int, fraction: float, regime: str, seed: int,
+              stage: int | None = None) -> RunSpec:
         # With m >= n - 1 every other sample is a negative in both regimes: one run serves both
         # (the two specs share a config, hence a run id; only their tags differ).
         run_regime = "shared" if m >= n - 1 else regime
-        config = {
-            "data": {**self.data_section, "num_train": n, "seed": seed, "val_fraction": 0.0},
-            "model": self.model_section,
-            "loss": {"name": "gcl", "temperature": self.temperature,
-                     "gcl": {"gamma": 0.9, "gamma_schedule": "constant"}},
-            "negatives": {"regime": run_regime, "m": m, "seed": seed},
-            "optim": {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4,
-                      "warmup_steps": max(1, grid.budget // grid.batch_size // 20)},
-            "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
-                      "max_samples": grid.budget, "log_every": 25,
-                      "checkpoint_every": max(25, grid.budget // grid.batch_size // 4)},
-            # probes only when the summary metric is one (they need labels and take time)
-            "eval": {"probe": self.metric.startswith("probe/"), "geometry": False},
-        }
-        tags = {"n": n, "m": m, "m_fraction": fraction, "regime": regime, "seed": seed}
+        probe = self.metric.startswith("probe/")
+        if self.base is None:
+            config = grids.default_run_config(
+                self.data_section, self.model_section, self.grid, n=n, m=m, regime=run_regime,
+                seed=seed, temperature=0.05 if self.temperature is None else self.temperature,
+                probe=probe, device=self.device)
+        else:
+            config = grids.user_run_config(self.base, self.grid, n=n, m=m, regime=run_regime,
+                                           seed=seed, temperature=self.temperature,
+                                           probe=probe, device=self.device)
+        tags: dict[str, Any] = {"n": n, "m": m, "m_fraction": fraction, "regime": regime,
+                                "seed": seed}
+        if stage is not None:
+            tags["stage"] = stage
         return RunSpec(config, tags, label=f"n{n}-m{m}-{run_regime[:3]}-s{seed}")
 
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
@@ -168,6 +156,44 @@ class NegativesStudy(Study):
 
         fit(validate_config(spec.config, origin=f"study negatives run {spec.run_id}"), run_dir,
             resume=resume, progress=False)
+
+    # -- state in the study directory -------------------------------------------------------
+
+    def check(self, study_dir: Path) -> None:
+        """Check the data once (it loads, the model takes it, every n fits in its training
+        split) and every run config, before any worker starts; record the data's sizes."""
+        self.load_state(study_dir)
+        first = self.runs()[0]
+        facts = check_data(first.config, self.grid.ns)
+        study_dir.mkdir(parents=True, exist_ok=True)
+        write_json(study_dir / DATA_FILE, facts)
+
+    def load_state(self, study_dir: Path) -> None:
+        """Read the runs the refinement added (``refinement.json``)."""
+        path = study_dir / REFINEMENT_FILE
+        self.added = list(read_json(path).get("added", [])) if path.exists() else []
+
+    def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        """Plan the next refinement stage from ``rows``; returns the number of new runs."""
+        used = len(self.added)
+        budget = self.grid.refine_runs - used
+        stage = 1 + max((int(a["stage"]) for a in self.added), default=0)
+        if budget <= 0 or stage > MAX_STAGES:
+            return 0
+        cells = estimate_cells(self._with_metric(rows), self.metric,
+                               self.spec.higher_is_better, self.tolerance)
+        known = {s.run_id for s in self.runs()}
+        new = []
+        for a in plan_refinement(cells, budget):
+            spec = self._spec(a.n, a.m, a.m / a.n, a.regime, a.seed, stage=stage)
+            if spec.run_id not in known:
+                known.add(spec.run_id)
+                new.append({"stage": stage, "regime": a.regime, "n": a.n, "m": a.m,
+                            "seed": a.seed, "reason": a.reason})
+        if new:
+            self.added += new
+            write_json(study_dir / REFINEMENT_FILE, {"added": self.added})
+        return len(new)
 
     # -- analysis -------------------------------------------------------------------------
 
@@ -187,29 +213,11 @@ class NegativesStudy(Study):
         if not any(self.metric in r for r in rows):
             raise CrlValueError(f"study negatives: metric {self.metric!r} is not in the results; "
                                 f"available: {sorted({k for r in rows for k in r})}")
-        return build_analysis(rows, study_dir, metric=self.metric, tolerance=self.tolerance,
-                              preset=self.preset, setup=self._setup_text())
-
-    def _setup_text(self) -> str:
-        g = self.grid
-        return (
-            f"Data: {self.options['data']} (model: {json.dumps(self.model_section)}). "
-            f"Anchors n in {list(g.ns)}; m/n in {[f'{f:g}' for f in g.fractions]}; regimes "
-            f"shared (one negative set for all anchors, the CLIP setting) and independent (each "
-            f"anchor its own set); seeds {list(g.seeds)}. Every run trains with the global "
-            f"contrastive loss (tau = {self.temperature:g}, gamma = 0.9) at batch size "
-            f"{g.batch_size} for a budget of {g.budget:,} processed samples, so m is independent "
-            "of the batch and small n means more epochs over the same anchors. Metrics on the "
-            "same held-out test pairs for every run. "
-            + (_PYCODE_MODEL_NOTE if self.kind == "pycode" and self.options["model"] is None
-               else "")
-        )
-
-
-_PYCODE_MODEL_NOTE = (
-    "The towers are trained from scratch over MiniLM's tokenizer (one shared tower: a mean bag "
-    "of word-piece embeddings and a linear head), not heads over frozen MiniLM features: frozen "
-    "MiniLM alone already reaches a docstring-to-code recall@1 of about 0.53 here, so heads over "
-    "it leave little for the negatives to change, while CLIP-style training from scratch is "
-    "the setting of the paper. The frozen variant stays available with --model frozen_minilm."
-)
+        data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
+        target = self.target_n or int(data.get("train_size") or max(self.grid.ns))
+        distinct = len({r["run_id"] for r in rows})
+        facts = StudyFacts(setup_section(self, data, distinct), target,
+                           test_size=data.get("test_size"), baseline=data.get("baseline"),
+                           added=self.added)
+        return build_analysis(rows, study_dir, spec=self.spec, tolerance=self.tolerance,
+                              preset=self.preset, facts=facts)

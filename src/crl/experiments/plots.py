@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
+from crl.experiments.study import Figure
+
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
 
@@ -64,3 +66,20 @@ def errorbar_series(ax: Axes, rows: list[dict[str, Any]], x_key: str, y_key: str
     if curve is not None:
         grid = np.geomspace(xs.min(), xs.max(), 100)
         ax.plot(grid * x_scale, curve(grid), "-", color=color, alpha=0.7, lw=1.2)
+
+
+def style(ax: Axes, xlabel: str, ylabel: str, *, xscale: str = "log", legend_size: int = 8,
+          **scale: Any) -> None:
+    """Label the axes, set the x scale, draw a light grid and the legend."""
+    ax.set_xscale(xscale, **scale)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def finish(fig: Any, study_dir: Path, name: str, caption: str) -> Figure:
+    """Save ``fig`` as ``plots/<name>`` of the study and return it as a report figure."""
+    path = Path("plots") / name
+    save(fig, study_dir / path)
+    return Figure(str(path), caption)

@@ -63,7 +63,7 @@ def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='headline'>{html.escape(analysis.headline)}</p>",
-        f"<p>Runs finished: {counts['finished']} of {counts['total']}.</p>",
+        f"<p>Distinct runs finished: {counts['finished']} of {counts['total']}.</p>",
     ]
     for section in analysis.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
@@ -98,18 +98,24 @@ def reproduce_command(study: Study) -> str:
     for key, value in sorted(study.options.items()):
         if value is None:
             continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
         words += [f"--{key.replace('_', '-')}", str(value)]
     return " ".join(shlex.quote(w) for w in words)
 
 
 def build_report(study: Study, study_dir: Path) -> Analysis:
     """Rebuild ``results.csv``, ``analysis.json``, ``plots/`` and ``report.html`` of a study."""
+    study.load_state(study_dir)
     specs = study.runs()
     rows = collect_rows(specs, study_dir)
     if not rows:
+        failed = sorted(p.parent.name for p in study_dir.glob("*/error.txt"))
         raise CrlValueError(
-            f"{study_dir}: no finished runs to report on yet (no summary.json in any run "
-            f"directory of study {study.name!r}); run `{reproduce_command(study)}` first"
+            f"{study_dir}: no finished runs to report on (no summary.json in any run directory "
+            f"of study {study.name!r}"
+            + (f"; {len(failed)} runs failed, see {study_dir / failed[0] / 'error.txt'})"
+               if failed else f"); run `{reproduce_command(study)}` first")
         )
     first = ["run_id", *dict.fromkeys(k for s in specs for k in s.tags)]
     write_results(rows, study_dir / RESULTS_FILE, first)
@@ -123,6 +129,7 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
         write_json(recorded, environment)
     page = render_html(study_dir, f"crl study {study.name} ({study.preset})", analysis,
                        reproduce_command(study), environment,
-                       {"finished": len(rows), "total": len(specs)})
+                       {"finished": len({r["run_id"] for r in rows}),
+                        "total": len({s.run_id for s in specs})})
     atomic_write(study_dir / REPORT_FILE, lambda f: f.write(page.encode("utf-8")))
     return analysis

@@ -1,7 +1,7 @@
 """What a study is: a named grid of runs, each a small JSON-able config, plus an analysis.
 
 A study never holds state of its own between runs: everything it needs to resume, tabulate or
-redraw lives in the study directory (DESIGN.md's run-directory contract), so a killed study re-run
+redraw lives in the study directory, so a killed study re-run
 continues where it stopped and ``crl report`` rebuilds the report from the files alone.
 """
 
@@ -121,6 +121,20 @@ class Study(ABC):
     @abstractmethod
     def analyze(self, rows: list[dict[str, Any]], study_dir: Path) -> Analysis:
         """Turn the rows of ``results.csv`` into report sections (figures go to ``plots/``)."""
+
+    def check(self, study_dir: Path) -> None:
+        """Check the data and every run config once, before any worker starts (default: build
+        the grid, which validates what the study's ``runs`` validates)."""
+        self.runs()
+
+    def load_state(self, study_dir: Path) -> None:
+        """Read what earlier stages recorded in ``study_dir`` (default: nothing)."""
+        return None
+
+    def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        """Add runs planned from the finished ``rows`` (a second stage); returns how many were
+        added (default: none)."""
+        return 0
 
     def describe(self) -> dict[str, Any]:
         """What ``study.json`` records: name, preset and options."""

@@ -1,4 +1,4 @@
-"""How many negatives a data set can use: the critical ``m*(n)`` (THEORY.md section 6).
+"""How many negatives a data set can use: the critical ``m*(n)`` (docs/theory.md §7).
 
 Per regime and per number of anchors ``n``, fit ``err(m) = E_inf + A m^-beta`` (beta free) to a
 sweep over ``m``; the critical number of negatives for a tolerance ``delta`` is the smallest ``m``
@@ -204,9 +204,23 @@ def _interval(values: FloatArray, confidence: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
+def _range_reason(m_star: float, span: tuple[float, float], e_inf: float,
+                  error_bounds: tuple[float, float]) -> str:
+    """Why a computed ``m*`` is not identified by the sweep ("" when it is)."""
+    low, high = error_bounds
+    if not low <= e_inf <= high:
+        return (f"impossible asymptote: E_inf = {e_inf:.3g} lies outside the error's range "
+                f"[{low:g}, {high:g}]")
+    if m_star > span[1]:
+        return f"fitted m* = {m_star:.3g} lies beyond the largest swept m ({span[1]:g})"
+    if m_star < span[0]:
+        return f"fitted m* = {m_star:.3g} lies below the smallest swept m ({span[0]:g})"
+    return ""
+
+
 def _fit_one(regime: str, n: float, m: FloatArray, e: FloatArray, tolerance: float,
-             num_bootstrap: int, confidence: float,
-             rng: np.random.Generator) -> tuple[PowerLawFit, FloatArray]:
+             num_bootstrap: int, confidence: float, rng: np.random.Generator,
+             error_bounds: tuple[float, float]) -> tuple[PowerLawFit, FloatArray]:
     """One ``(regime, n)`` fit and its bootstrap ``m*`` draws ``(num_bootstrap,)``."""
     num_m = int(np.unique(m).size)
     nan2 = (_NAN, _NAN)
@@ -252,13 +266,18 @@ def _fit_one(regime: str, n: float, m: FloatArray, e: FloatArray, tolerance: flo
             reason = f"m* overflows (log m* = {log_m_star:.3g}): beta too small for this tolerance"
         else:
             m_star = math.exp(log_m_star)
-    m_ci = _interval(boot_m, confidence) if valid >= 0.5 else nan2
+    extrapolated = bool(math.isfinite(m_star) and m_star > span[1])
+    if not reason:
+        reason = _range_reason(m_star, span, e_inf, error_bounds)
+    if reason:
+        m_star = _NAN
+    m_ci = _interval(boot_m, confidence) if valid >= 0.5 and not reason else nan2
     fit = PowerLawFit(
         regime=regime, n=n, num_points=int(m.size), num_m=num_m, e_inf=e_inf,
         e_inf_ci=_interval(bc, confidence), amplitude=amp, amplitude_ci=_interval(ba, confidence),
         beta=b, beta_ci=_interval(bb, confidence), m_star=m_star, m_star_ci=m_ci,
         m_star_over_n=m_star / n if n > 0 else _NAN,
-        extrapolated=bool(math.isfinite(m_star) and m_star > span[1]),
+        extrapolated=extrapolated,
         aic_power=aic_p, aic_exponential=aic_e, exponential_m0=float(m0[0]), preferred=preferred,
         bootstrap_valid=valid, reason=reason,
     )
@@ -267,7 +286,7 @@ def _fit_one(regime: str, n: float, m: FloatArray, e: FloatArray, tolerance: flo
 
 def _fit_alpha(regime: str, fits: list[PowerLawFit], boots: list[FloatArray],
                confidence: float) -> RegimeScaling:
-    keep = [i for i, f in enumerate(fits) if math.isfinite(f.m_star) and f.m_star > 0 and f.n > 0]
+    keep = [i for i, f in enumerate(fits) if not f.reason and f.m_star > 0 and f.n > 0]
     ns = tuple(fits[i].n for i in keep)
     ms = tuple(fits[i].m_star for i in keep)
     if len(set(ns)) < 2:
@@ -289,7 +308,9 @@ def _fit_alpha(regime: str, fits: list[PowerLawFit], boots: list[FloatArray],
 
 def fit_critical_m(results: Any, tolerance: float, *, metric: str = "metric",
                    higher_is_better: bool = False, num_bootstrap: int = 400,
-                   confidence: float = 0.95, seed: int = 0) -> CriticalMResult:
+                   confidence: float = 0.95, seed: int = 0,
+                   error_bounds: tuple[float, float] = (-math.inf, math.inf)
+                   ) -> CriticalMResult:
     """Fit ``err(m) = E_inf + A m^-beta`` per (regime, n), ``m*(n; delta)`` and ``alpha``.
 
     Args:
@@ -305,6 +326,9 @@ def fit_critical_m(results: Any, tolerance: float, *, metric: str = "metric",
         num_bootstrap: Residual-bootstrap draws per fit (>= 20).
         confidence: Level of the intervals.
         seed: Seed of the bootstrap.
+        error_bounds: The values the fitted error can take (``(0, 1)`` for ``1 - recall``); a
+            fit whose asymptote ``E_inf`` lies outside is unidentified, as is one whose ``m*``
+            lies outside the swept range of ``m``.
 
     Returns:
         A :class:`CriticalMResult`: per-(regime, n) :class:`PowerLawFit` and per-regime
@@ -355,7 +379,7 @@ def fit_critical_m(results: Any, tolerance: float, *, metric: str = "metric",
         for n in sorted(set(n_all[in_regime].tolist())):
             rows = in_regime & (n_all == n)
             fit, boot = _fit_one(regime, float(n), m_all[rows], err_all[rows], float(tolerance),
-                                 num_bootstrap, confidence, rng)
+                                 num_bootstrap, confidence, rng, error_bounds)
             reg_fits.append(fit)
             reg_boots.append(boot)
         fits.extend(reg_fits)

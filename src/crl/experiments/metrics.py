@@ -1,0 +1,94 @@
+"""The metrics a study can summarise, each with its declared direction and range.
+
+Whether higher is better is declared here, once per metric, as torchmetrics declares
+``higher_is_better`` on each metric class; nothing is guessed from a metric's name. A study that
+is asked for a metric this table does not know says so and lists the ones it knows.
+
+Example:
+    >>> spec = metric_spec("recall@1")
+    >>> spec.higher_is_better, spec.bounds, spec.points(0.026)
+    (True, (0.0, 1.0), 2.6)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from crl.errors import CrlValueError
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One summary metric.
+
+    Attributes:
+        name: Its column in ``results.csv`` (``recall@1`` is derived: the mean of both
+            directions' recall@1).
+        higher_is_better: True for scores (recall, accuracy, AUC), False for losses and ranks.
+        bounds: The values the metric can take (``-inf``/``inf`` when open); a fitted
+            asymptote outside them is impossible.
+        description: What it measures, in words for a report.
+        fraction: True when the metric is a fraction in [0, 1], so that differences read as
+            points (1 point = 0.01), the unit the paper reports in.
+    """
+
+    name: str
+    higher_is_better: bool
+    bounds: tuple[float, float]
+    description: str
+    fraction: bool = False
+
+    def points(self, difference: float) -> float:
+        """A difference of the metric in points (x 100 for fractions, unchanged otherwise)."""
+        return round(100.0 * difference, 10) if self.fraction else difference
+
+    @property
+    def unit(self) -> str:
+        """``points`` for fractions, else ``units of <name>``."""
+        return "points" if self.fraction else f"units of {self.name}"
+
+    def error_bounds(self) -> tuple[float, float]:
+        """The range of the fitted error (``1 - metric`` for scores, the metric itself else)."""
+        low, high = self.bounds
+        return (1.0 - high, 1.0 - low) if self.higher_is_better else (low, high)
+
+
+def _table() -> dict[str, MetricSpec]:
+    unit = (0.0, 1.0)
+    specs = [
+        MetricSpec("recall@1", True, unit, "recall@1, the mean of both retrieval directions",
+                   fraction=True),
+        MetricSpec("probe/knn_acc", True, unit, "kNN accuracy on the frozen representation",
+                   fraction=True),
+        MetricSpec("probe/linear_acc", True, unit, "linear-probe accuracy", fraction=True),
+        MetricSpec("risk/contrastive", False, (-math.inf, math.inf),
+                   "held-out contrastive risk"),
+        MetricSpec("train/loss", False, (-math.inf, math.inf), "final training loss"),
+    ]
+    for way in ("x2y", "y2x"):
+        for k in (1, 5, 10):
+            specs.append(MetricSpec(f"retrieval/{way}_recall@{k}", True, unit,
+                                    f"{way} recall@{k}", fraction=True))
+        specs.append(MetricSpec(f"retrieval/{way}_auc", True, unit, f"{way} retrieval AUC",
+                                fraction=True))
+        for kind in ("mean", "median"):
+            specs.append(MetricSpec(f"retrieval/{way}_{kind}_rank", False, (1.0, math.inf),
+                                    f"{way} {kind} rank of the positive"))
+    return {s.name: s for s in specs}
+
+
+METRICS: dict[str, MetricSpec] = _table()
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The declared :class:`MetricSpec` of ``name``.
+
+    Raises:
+        CrlValueError: for a metric the table does not declare (the message lists them).
+    """
+    spec = METRICS.get(name)
+    if spec is None:
+        raise CrlValueError(f"study: metric {name!r} has no declared direction; choose one of "
+                            + ", ".join(sorted(METRICS)))
+    return spec

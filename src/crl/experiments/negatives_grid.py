@@ -1,0 +1,196 @@
+"""The sweep of ``crl study negatives``: preset grids, their overrides, and the run config of
+one grid point, from the study's own defaults or from the user's ``crl train`` config."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from crl.errors import CrlValueError
+
+FRACTIONS_FULL = (0.01, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0)
+DATA_NAMES = ("pycode", "digits", "synthetic")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The sweep of one preset: anchors ``ns``, fractions ``m/n``, seeds, samples budget, batch
+    size and refinement runs."""
+
+    ns: tuple[int, ...]
+    fractions: tuple[float, ...]
+    seeds: tuple[int, ...]
+    budget: int
+    batch_size: int
+    refine_runs: int = 0
+
+    def epochs(self, n: int) -> float:
+        """Epochs over ``n`` anchors under the fixed budget of processed samples."""
+        return self.budget / n
+
+
+# Per data set and preset. Budgets are processed samples per run, equal for every n (the paper's
+# design), so smaller n means more epochs over the same anchors.
+GRIDS: dict[str, dict[str, Grid]] = {
+    "pycode": {
+        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
+        "quick": Grid((250, 500, 1000, 2000), (0.01, 0.05, 0.1, 0.4, 1.0), (0, 1, 2, 3),
+                      12_000, 128, refine_runs=48),
+        "full": Grid((1000, 2500, 6000, 15000), FRACTIONS_FULL, (0, 1, 2), 200_000, 256,
+                     refine_runs=200),
+    },
+    "digits": {
+        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
+        "quick": Grid((150, 400, 1200), FRACTIONS_FULL, (0, 1), 20_000, 128),
+        "full": Grid((150, 400, 1200), FRACTIONS_FULL, (0, 1, 2), 100_000, 256,
+                     refine_runs=100),
+    },
+    "synthetic": {
+        "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
+        "quick": Grid((256, 768, 2048), FRACTIONS_FULL, (0, 1), 16_000, 128),
+        "full": Grid((512, 2048, 8192, 32768), FRACTIONS_FULL, (0, 1, 2), 200_000, 256,
+                     refine_runs=200),
+    },
+}
+GRIDS["files"] = GRIDS["synthetic"]
+
+
+def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
+                  fractions: Sequence[float] | None = None, seeds: Sequence[int] | None = None,
+                  budget: int | None = None, batch_size: int | None = None,
+                  refine_runs: int | None = None) -> Grid:
+    """``grid`` with the given fields replaced, each checked."""
+    where = "study negatives"
+    changes: dict[str, Any] = {}
+    if ns is not None:
+        if not ns or any(isinstance(n, bool) or int(n) != n or n < 2 for n in ns):
+            raise CrlValueError(f"{where}: `--ns` must be integers >= 2; got {list(ns)}")
+        changes["ns"] = tuple(sorted({int(n) for n in ns}))
+    if fractions is not None:
+        if not fractions or any(not 0 < float(f) <= 1 for f in fractions):
+            raise CrlValueError(f"{where}: `--fractions` (m/n) must lie in (0, 1]; got "
+                                f"{list(fractions)}")
+        changes["fractions"] = tuple(sorted({float(f) for f in fractions}))
+    if seeds is not None:
+        if not seeds or any(int(s) != s or s < 0 for s in seeds):
+            raise CrlValueError(f"{where}: `--seeds` must be integers >= 0; got {list(seeds)}")
+        changes["seeds"] = tuple(sorted({int(s) for s in seeds}))
+    for name, value, low in (("budget", budget, 1), ("batch_size", batch_size, 2),
+                             ("refine_runs", refine_runs, 0)):
+        if value is not None:
+            if isinstance(value, bool) or int(value) != value or value < low:
+                raise CrlValueError(f"{where}: `--{name.replace('_', '-')}` must be an integer "
+                                    f">= {low}; got {value!r}")
+            changes[name] = int(value)
+    return replace(grid, **changes)
+
+
+def data_section(data: str) -> tuple[str, dict[str, Any]]:
+    """The data set's kind and ``data`` config for ``--data NAME|FILE``."""
+    if data in DATA_NAMES:
+        section: dict[str, Any] = {"name": data}
+        if data == "synthetic":
+            # A 16-dim latent-class pool: enough structure for m to matter, fast to train.
+            section["synthetic"] = {"model": "correlated_gaussian", "dim": 16, "rho": 0.6,
+                                    "num_samples": 6000}
+        return data, section
+    path = Path(data)
+    if path.suffix not in (".npz", ".jsonl"):
+        raise CrlValueError(
+            f"study negatives: `--data` must be one of {', '.join(DATA_NAMES)} or a .npz/.jsonl "
+            f"file; got {data!r}"
+        )
+    if not path.is_file():
+        raise CrlValueError(f"study negatives: data file {data!r} does not exist")
+    return "files", {"name": "files", "files": {"path": str(path.resolve())}}
+
+
+def model_section(kind: str, model: str | None) -> dict[str, Any]:
+    """The study's default model for a data set (``auto`` for a user's file: the model follows
+    the data as in ``crl train``)."""
+    if model is not None:
+        return {"kind": model}
+    if kind == "pycode":
+        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 64, "head": "linear"}
+    if kind == "digits":
+        return {"kind": "cnn", "embed_dim": 64, "hidden_dim": 128, "shared_tower": True}
+    if kind == "files":
+        return {"kind": "auto", "embed_dim": 32, "hidden_dim": 128}
+    return {"kind": "mlp", "embed_dim": 32, "hidden_dim": 128}
+
+
+def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, *, n: int, m: int,
+                       regime: str, seed: int, temperature: float, probe: bool,
+                       device: str | None) -> dict[str, Any]:
+    """The run config of one grid point with the study's own data, model and optimiser."""
+    config: dict[str, Any] = {
+        "data": {**data, "num_train": n, "seed": seed, "val_fraction": 0.0},
+        "model": model,
+        "loss": {"name": "gcl", "temperature": temperature,
+                 "gcl": {"gamma": 0.9, "gamma_schedule": "constant"}},
+        "negatives": {"regime": regime, "m": m, "seed": seed},
+        "optim": {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4,
+                  "warmup_steps": max(1, grid.budget // grid.batch_size // 20)},
+        "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
+                  "max_samples": grid.budget, "log_every": 25,
+                  "checkpoint_every": max(25, grid.budget // grid.batch_size // 4)},
+        # probes only when the summary metric is one (they need labels and take time)
+        "eval": {"probe": probe, "geometry": False},
+    }
+    if device is not None:
+        config["train"]["device"] = device
+    return config
+
+
+def keeps_loss(base: dict[str, Any]) -> bool:
+    """Whether a user's config keeps its own loss: one that takes negative sets (as its
+    registered objective declares) and is asked for with a set; else the study trains with
+    GCL."""
+    from crl.losses.registry import OBJECTIVES
+
+    name = base["loss"]["name"]
+    return name == "gcl" or (OBJECTIVES[name].accepts_negative_sets
+                             and base["negatives"]["regime"] != "in_batch")
+
+
+def user_run_config(base: dict[str, Any], grid: Grid, *, n: int, m: int, regime: str,
+                    seed: int, temperature: float | None, probe: bool,
+                    device: str | None) -> dict[str, Any]:
+    """The run config of one grid point from a user's resolved ``crl train`` config ``base``:
+    its data, model, loss options and optimiser stay; n, m, the seeds, the budget and the batch
+    are the study's."""
+    config = copy.deepcopy(base)
+    config["data"].update(num_train=n, seed=seed)
+    if not keeps_loss(base):
+        config["loss"]["name"] = "gcl"
+    if temperature is not None:
+        config["loss"]["temperature"] = temperature
+    config["negatives"].update(regime=regime, m=m, m_fraction=None, seed=seed)
+    config["train"].update(seed=seed, batch_size=min(grid.batch_size, n), epochs=None,
+                           steps=None, max_samples=grid.budget, eval_every=None,
+                           checkpoint_every=max(25, grid.budget // grid.batch_size // 4))
+    if device is not None:
+        config["train"]["device"] = device
+    config["eval"]["probe"] = bool(config["eval"]["probe"] or probe)
+    return config
+
+
+def parse_list(option: str, text: str | None, cast: type[int] | type[float]
+               ) -> list[Any] | None:
+    """``"500,1500,4000"`` as a list of ``cast`` (None stays None).
+
+    Example:
+        >>> parse_list("--ns", "500, 1500", int)
+        [500, 1500]
+    """
+    if text is None:
+        return None
+    try:
+        return [cast(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CrlValueError(f"{option}: expected comma-separated {cast.__name__}s such as "
+                            f"{'500,1500,4000' if cast is int else '0.1,0.4,1'}; got {text!r}"
+                            ) from None

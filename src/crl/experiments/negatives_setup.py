@@ -1,0 +1,111 @@
+"""The negatives study's data check (once, before any worker) and its set-up section, written
+in sentences and tables."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from crl.errors import CrlValueError
+from crl.experiments.study import Section, Table
+
+if TYPE_CHECKING:
+    from crl.experiments.negatives import NegativesStudy
+
+DATA_FILE = "data.json"
+#: Model kinds over a pretrained backbone: their untrained model is a zero-shot baseline.
+PRETRAINED = ("frozen_minilm",)
+
+
+def check_data(config: dict[str, Any], ns: Sequence[int]) -> dict[str, Any]:
+    """Load the data of a run ``config`` once, check that its model takes it and that every n
+    fits in the training split; returns its sizes (and, for a pretrained backbone, the
+    metric of the untrained model on the test split)."""
+    from crl.data import load_data
+    from crl.models.build import resolve_kind
+    from crl.train import validate_config
+
+    cfg = validate_config(config, origin="study negatives")
+    try:
+        splits = load_data(cfg.data.model_copy(update={"num_train": None}), progress=False)
+    except FileNotFoundError as exc:
+        raise CrlValueError(f"study negatives: {exc}") from None
+    kind = resolve_kind(cfg.model, splits.info)
+    train = len(splits.train)
+    too_big = [n for n in ns if n > train]
+    if too_big:
+        raise CrlValueError(f"study negatives: n = {too_big} exceed the {train:,} training pairs "
+                            f"of {splits.info.name!r}; choose --ns of at most {train}")
+    facts: dict[str, Any] = {"data": splits.info.name, "data_kind": splits.info.kind,
+                             "model_kind": kind, "train_size": train,
+                             "test_size": len(splits.test), "baseline": None}
+    if kind in PRETRAINED:
+        facts["baseline"] = _untrained_recall(cfg)
+    return facts
+
+
+def _untrained_recall(cfg: Any) -> float | None:
+    """Mean recall@1 both ways of the untrained model on the test split (zero-shot)."""
+    import torch
+
+    from crl.train.evaluation import evaluate
+    from crl.train.loop import build_run
+
+    built = build_run(cfg, torch.device("cpu"))
+    if built.test_ds is None:
+        return None
+    built.model.eval()
+    with torch.no_grad():
+        metrics = evaluate(built.model, built.test_ds, cfg.eval.model_copy(
+            update={"probe": False, "geometry": False, "risk": False}),
+            temperature=cfg.loss.temperature)
+    values = [metrics.get("retrieval/x2y_recall@1"), metrics.get("retrieval/y2x_recall@1")]
+    nums = [float(v) for v in values if isinstance(v, (int, float))]
+    return sum(nums) / len(nums) if nums else None
+
+
+def _words(section: dict[str, Any]) -> str:
+    items = [f"{k.replace('_', ' ')} {v}" for k, v in section.items()
+             if not isinstance(v, dict) and v is not None and k != "kind"]
+    return ", ".join(items)
+
+
+def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) -> Section:
+    """The set-up: data, model, loss, budget and the grid, in sentences and a table."""
+    g = study.grid
+    first = study.runs()[0].config
+    source = ("the user's config " + str(study.options["config"]) if study.base is not None
+              else f"data {study.options['data']}")
+    model = first["model"]
+    sizes = (f" The training split holds {data['train_size']:,} pairs; every run is evaluated "
+             f"on the same {data['test_size']:,} held-out test pairs."
+             if data.get("train_size") else "")
+    loss = first["loss"]
+    paragraphs = [
+        f"Sweep of {source}: data set {data.get('data', first['data']['name'])!r} "
+        f"({data.get('data_kind', 'see the config')}); model "
+        f"{data.get('model_kind', model.get('kind'))!r}"
+        + (f" ({_words(model)})" if _words(model) else "") + "." + sizes,
+        f"Every run trains with the loss {loss['name']!r} at temperature "
+        f"{loss.get('temperature')} and the {first['optim']['name']} optimiser (learning rate "
+        f"{first['optim']['lr']:g}) at batch size {g.batch_size} for a fixed budget of "
+        f"{g.budget:,} processed samples, so m is independent of the batch. Both regimes are "
+        "swept: shared (one negative set for all anchors, the CLIP setting) and independent "
+        "(each anchor its own set); with m >= n - 1 every other anchor is a negative and one "
+        "run serves both.",
+        "Under the fixed budget, smaller n means more epochs over the same anchors (see the "
+        "table): a difference between values of n mixes more anchors with fewer passes over "
+        "each, so m*(n) describes this budget; comparisons between m at one n share n, seed "
+        "and epochs and are not affected.",
+        f"Distinct runs trained: {distinct} (the refinement's included).",
+    ]
+    if data.get("baseline") is None:
+        paragraphs.append("The model has no pretrained backbone, so there is no zero-shot "
+                          "baseline: an untrained model is at chance.")
+    rows = [[n, g.epochs(n), math.ceil(g.budget / min(g.batch_size, n)),
+             ", ".join(f"{max(1, round(f * n)):,} ({100 * f:g}%)" for f in g.fractions),
+             ", ".join(map(str, g.seeds))] for n in g.ns]
+    table = Table("The grid: anchors n, epochs under the budget, m swept (% of n), seeds",
+                  ["n", "epochs", "steps", "m swept (% of n)", "seeds"], rows)
+    return Section("Set-up", paragraphs, tables=[table])
