@@ -21,7 +21,7 @@ from typing import Any
 from crl.bench._measure import GIB, available_memory, machine_state, run_tasks
 from crl.env import environment_info
 
-#: The batch sizes of the full benchmark (issue 7).
+#: The batch sizes of the full benchmark.
 BATCH_SIZES: tuple[int, ...] = (4096, 8192, 16384, 32768, 131072)
 #: The quick run: small enough for the test suite; checks that everything runs, not speed.
 QUICK_BATCH_SIZES: tuple[int, ...] = (300,)
@@ -173,7 +173,7 @@ def _plain_ratio(row: dict[str, Any]) -> tuple[float | None, str | None]:
 
 
 def loss_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The issue's targets, each with the measured value and whether it is met (None: the
+    """The benchmark's targets, each with the measured value and whether it is met (None: the
     size was not run or no plain baseline fitted); ``baseline`` names the plain run compared."""
     targets: dict[str, Any] = {}
     big, mid, huge = _row(rows, 32768), _row(rows, 8192), _row(rows, 131072)

@@ -20,7 +20,7 @@ from crl.bench._measure import GIB, machine_state, run_tasks
 from crl.env import environment_info, package_version
 from crl.errors import CrlValueError
 
-#: The full benchmark's size (issue 7).
+#: The full benchmark's size.
 N_FULL = 100_000
 DIM = 128
 K = 10
