@@ -1,6 +1,6 @@
 """Hard negatives (``hard (B, H, D)``): extra candidates of their own anchor only, in the
 ``a -> b`` direction of InfoNCE, the CLIP loss and GCL, plain and tiled, counted in the anchor's
-m (docs/theory.md §1), against loops written from the formula in float64, plus gradcheck."""
+m (docs/theory.md §8), against loops written from the formula in float64, plus gradcheck."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ reducer; :mod:`crl.losses.objective`), built once from a run's config by
 :func:`build_objective`.
 
 Embeddings are used as given (no normalisation inside a loss); ``a[i]`` and ``b[i]`` are a
-positive pair. See docs/theory.md §1 for the formulas.
+positive pair. See docs/theory.md §8 for the formulas.
 """
 
 from crl.losses.clip import ClipLoss

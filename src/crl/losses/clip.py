@@ -1,4 +1,4 @@
-"""The CLIP loss with its learnable logit scale, as a training objective (docs/theory.md §1).
+"""The CLIP loss with its learnable logit scale, as a training objective (docs/theory.md §8).
 
 The logit scale lives here and nowhere else: the trainer optimises and checkpoints it with the
 objective (state-dict key ``loss.logit_scale`` of the training objective) and clamps it after

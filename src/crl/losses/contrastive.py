@@ -1,5 +1,5 @@
 """InfoNCE as a training objective: per-anchor terms of the rows asked for, plain or tiled, with
-negative sets and hard negatives (docs/theory.md §1).
+negative sets and hard negatives (docs/theory.md §8).
 
 Anchor ``i`` of direction ``a -> b`` has the logits ``L_ij = s_ij / tau`` (or ``scale * s_ij``),
 ``s = za @ zb.T``, over its candidates: its positive ``j = i``, its negatives (the mask, default

@@ -4,7 +4,7 @@ denominator.
 Anchor ``i``'s term is ``-s_ii / tau + log sum_{j in neg(i)} exp(s_ij / tau)`` with
 ``s = za @ zb.T`` over its negatives (the mask, default every other member, plus its own hard
 negatives in the ``a -> b`` direction); anchors without a negative do not count. It is the
-positive-excluded contrastive risk of docs/theory.md §1 divided by ``tau``, plus ``log m_i``.
+positive-excluded contrastive risk of docs/theory.md §8 divided by ``tau``, plus ``log m_i``.
 """
 
 from __future__ import annotations

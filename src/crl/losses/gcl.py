@@ -1,4 +1,4 @@
-"""The global contrastive loss (SogCLR / FastCLIP estimator; THEORY.md section 3).
+"""The global contrastive loss (SogCLR / FastCLIP estimator; docs/theory.md §10).
 
 The mini-batch contrastive risk ``tau log(mean_{j in batch} exp(Delta_ij / tau))`` is biased
 because the batch mean sits inside the log. GCL keeps, per sample and direction, a running
@@ -52,7 +52,7 @@ _WHERE = "GlobalContrastiveLoss"
 
 def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
     """``gamma_e = 0.5 (1 + cos(pi e / E)) (1 - gamma_min) + gamma_min``, and ``gamma_min`` for
-    ``e >= E`` (THEORY.md section 3).
+    ``e >= E`` (docs/theory.md §10).
 
     Example:
         >>> cosine_gamma(0, 10, 0.2), cosine_gamma(5, 10, 0.2), cosine_gamma(12, 10, 0.2)
@@ -89,15 +89,10 @@ class GlobalContrastiveLoss(PairObjective):
     the ``a[j]`` with ``negatives_mask[i, j]``), as :meth:`crl.negatives.NegativeSets.batch_mask`
     gives it. (``info_nce(symmetric=True)`` instead transposes the mask for the second direction.)
 
-    Temperature modes (THEORY.md section 3; our reconstruction of FastCLIP-v3 and iSogCLR):
-
-    - ``"fixed"``: ``tau`` is a constant (float64 buffer ``temperature``, 0-dim).
-    - ``"global_learnable"``: ``tau`` is a 0-dim parameter ``temperature``; the objective is
-      ``tau (log g + rho)`` per anchor, whose surrogate value is ``tau (mean_i log u_i + rho)`` and
-      whose gradients are ``tau grad_w(g_hat_i) / u_i`` for the model and
-      ``log u_i + tau (d g_hat_i / d tau) / u_i + rho`` for ``tau`` (FastCLIP-v3).
-    - ``"per_sample"``: one ``tau_i`` per sample and direction (parameter ``temperature`` of
-      shape ``(2, num_samples)``, row 0 for ``a -> b``), same objective per anchor (iSogCLR).
+    Temperature modes (docs/theory.md §10): ``"fixed"`` (a float64 0-dim buffer
+    ``temperature``), ``"global_learnable"`` (a 0-dim parameter; per anchor the objective
+    ``tau (log g + rho)``, FastCLIP-v3) and ``"per_sample"`` (parameter ``temperature`` of shape
+    ``(2, num_samples)``, row 0 for ``a -> b``, iSogCLR).
 
     Learnable temperatures are clamped to ``>= min_temperature`` before every call
     ``loss(a, b, index)`` and, in training, by :meth:`after_step`.
@@ -114,12 +109,10 @@ class GlobalContrastiveLoss(PairObjective):
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
         min_temperature: Lower clamp of learnable temperatures.
-        block_size: If set, the negatives-only log-sum-exps are computed over tiles of side
-            ``block_size`` (:func:`crl.losses.tiled.anchor_logsumexp`): memory
-            ``O(B·D + T²)`` instead of ``B²``, the same values and gradients (batches above
-            ``PLAIN_MAX_BATCH`` use tiles anyway). ``negatives_mask`` may also be a
-            :class:`~crl.losses.tiled.TileMask` such as :class:`~crl.negatives.NegativeSets`,
-            asked tile by tile with ``index``, so no ``(B, B)`` mask is ever built.
+        block_size: If set, tiles of this side (:func:`crl.losses.tiled.anchor_logsumexp`):
+            memory ``O(B·D + T²)``, the same values and gradients (batches above
+            ``PLAIN_MAX_BATCH`` use tiles anyway); a :class:`~crl.losses.tiled.TileMask` is then
+            asked tile by tile, so no ``(B, B)`` mask is built.
 
     Example:
         >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
@@ -316,25 +309,17 @@ class GlobalContrastiveLoss(PairObjective):
                 negative of sample ``i`` (both directions; the diagonal is ignored), or a
                 :class:`~crl.losses.tiled.TileMask` asked with ``index``. Default every
                 ``j != i``. Rows may be empty: those anchors are skipped.
-            rows: Score only the anchors ``rows`` (a contiguous ``slice`` of the batch, e.g. this
-                rank's own samples among all-gathered ones) against all ``B`` candidates, and
-                update only their ``u``. ``negatives_mask`` may then also be the rows' own
-                ``(h, B)`` mask. Default: every anchor.
+            rows: Score and update only the anchors ``rows`` (a contiguous ``slice``) against
+                all ``B`` candidates; ``negatives_mask`` may then be their ``(h, B)`` mask.
             hard: Optional ``(B, H, D)`` hard negatives of each anchor (view b).
 
         Returns:
             0-dim tensor: the mean over the (selected) anchors that have a negative (0 with a
-            working graph when none has). Under ``torchrun`` use the training objective
-            (:func:`crl.losses.build_objective`), whose share divides by the global count.
+            working graph when none has); under ``torchrun``, :func:`crl.losses.build_objective`.
 
         Raises:
             CrlValueError / CrlTypeError: on bad shapes, NaN inputs, indices out of range or
                 repeated, a mask of the wrong shape or dtype, a bad ``rows`` or ``hard``.
-
-        Example:
-            >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
-            >>> float(loss(torch.eye(4), torch.eye(4), torch.arange(4), rows=slice(2, 4)))
-            1.0
         """
         a, b = check_pair(_WHERE, a, b)
         dtype = compute_dtype(a, b)
@@ -369,9 +354,8 @@ class GlobalContrastiveLoss(PairObjective):
                                        share_state=False), world=1)
 
     def terms(self, batch: PairBatch, *, share_state: bool = True) -> AnchorTerms:
-        """Per-anchor surrogates of ``batch.rows`` (the two directions when ``symmetric``);
-        updates their ``u`` and, under ``torchrun`` with ``share_state``, gives every rank the
-        ``u`` that each rank updated for its own rows. No checks."""
+        """Per-anchor surrogates of ``batch.rows``; updates their ``u`` and, under ``torchrun``
+        with ``share_state``, gives every rank the ``u`` each rank updated. No checks."""
         dtype = compute_dtype(batch.za, batch.zb)
         a, b = upcast(batch.za, dtype), upcast(batch.zb, dtype)
         index, rows = batch.index, batch.rows
@@ -391,8 +375,7 @@ class GlobalContrastiveLoss(PairObjective):
                 state[where] = distributed.all_gather_tensor(state[where[rows]])
         return AnchorTerms(tuple(values), counted)
 
-    def after_step(self) -> None:
-        """Clamp learnable temperatures to ``>= min_temperature``."""
+    def after_step(self) -> None:  # learnable temperatures >= min_temperature
         if self.temperature_mode != "fixed":
             with torch.no_grad():
                 self.temperature.clamp_(min=self.min_temperature)

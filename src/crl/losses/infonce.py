@@ -1,4 +1,4 @@
-"""InfoNCE, the CLIP loss and the positive-excluded contrastive risk (THEORY.md section 1).
+"""InfoNCE, the CLIP loss and the positive-excluded contrastive risk (docs/theory.md §8).
 
 All functions take paired embeddings ``a (B, D)`` and ``b (B, D)``, with ``b[i]`` the positive of
 ``a[i]``, use them as given (no normalisation), and return the mean over anchors as a 0-dim tensor.
@@ -55,7 +55,7 @@ def info_nce(
     index: Tensor | None = None,
     block_size: int | None = None,
 ) -> Tensor:
-    """InfoNCE with the positive in the denominator (CPC / SimCLR / CLIP; THEORY.md section 1).
+    """InfoNCE with the positive in the denominator (CPC / SimCLR / CLIP; docs/theory.md §8).
 
     ``l_i = -log( exp(s_ii/tau) / (exp(s_ii/tau) + sum_{j in neg(i)} exp(s_ij/tau)) )`` with
     ``s = a @ b.T``, averaged over anchors.
@@ -147,7 +147,7 @@ def contrastive_risk(
     temperature: float | Tensor,
     negatives_mask: Tensor | None = None,
 ) -> Tensor:
-    """The positive-excluded empirical contrastive risk (THEORY.md section 1).
+    """The positive-excluded empirical contrastive risk (docs/theory.md §8).
 
     Per anchor ``tau * log( (1/m_i) sum_{j in neg(i)} exp((s_ij - s_ii) / tau) )`` with
     ``s = a @ b.T`` and ``m_i = |neg(i)|``, averaged over anchors. It equals

@@ -1,4 +1,4 @@
-"""The relaxed (spectral) k-means regulariser (Zha et al. 2001; THEORY.md section 1)."""
+"""The relaxed (spectral) k-means regulariser (Zha et al. 2001; docs/theory.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Optimized-certainty-equivalent (OCE) risks and pairwise AUC surrogates (THEORY.md section 1).
+"""Optimized-certainty-equivalent (OCE) risks and pairwise AUC surrogates (docs/theory.md §8).
 
 Both take ``delta (B, M)`` with ``delta[i, j] = s(x_i, y'_ij) - s(x_i, y_i)``: how much negative j
 out-scores the positive of anchor i. An optional ``mask (B, M)`` selects the valid entries (every
@@ -174,7 +174,7 @@ def pairwise_risk(
 
     With ``t = s(x, y) - s(x, y') = -delta``: logistic ``log(1 + e^-t)``, exponential ``e^-t``,
     squared hinge ``max(0, 1 - t)^2``, hinge ``max(0, 1 - t)``. The first three are
-    AUC-consistent; hinge is not (THEORY.md section 1).
+    AUC-consistent; hinge is not (docs/theory.md §8).
 
     Args:
         delta: ``(B, M)`` score differences.

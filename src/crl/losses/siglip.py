@@ -1,4 +1,4 @@
-"""The SigLIP pairwise sigmoid loss (Zhai et al. 2023; THEORY.md section 1)."""
+"""The SigLIP pairwise sigmoid loss (Zhai et al. 2023; docs/theory.md §8)."""
 
 from __future__ import annotations
 

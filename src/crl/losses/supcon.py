@@ -1,4 +1,4 @@
-"""Supervised contrastive loss (Khosla et al. 2020, the "L_out" form; THEORY.md section 1)."""
+"""Supervised contrastive loss (Khosla et al. 2020, the "L_out" form; docs/theory.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Negative sets of size m, decoupled from the batch (THEORY.md section 2).
+"""Negative sets of size m, decoupled from the batch (docs/theory.md §9).
 
 Over a training set of ``n`` pairs, sample ``j`` is a negative of anchor ``i`` when ``j`` belongs
 to the anchor's set: one set ``S`` of exactly ``m`` for every anchor (``"shared"``, SSCRL, the CLIP
