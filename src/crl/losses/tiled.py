@@ -26,13 +26,8 @@ from crl import _validation
 from crl._validation import check_int_range, check_pair, check_positive, check_tensor, describe
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
-from crl.losses._tiled_kernel import (
-    TileMask,
-    TileNegatives,
-    accumulation_dtype,
-    scaled,
-    tiled_logsumexp,
-)
+from crl.losses._tile_negatives import TileMask, TileNegatives
+from crl.losses._tiled_kernel import accumulation_dtype, scaled, tiled_logsumexp
 
 #: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (192 MiB in float32):
 #: the ``(T, D) @ (D, T)`` products run at full speed and there are few tiles, so few thread-pool
