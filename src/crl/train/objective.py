@@ -1,7 +1,8 @@
-"""The trainer's objective: :class:`crl.losses.TrainingObjective`, built once from the run's
-``loss`` and ``negatives`` sections by :func:`crl.losses.build_objective`."""
+"""The trainer's objective: :class:`crl.losses.TrainingObjective` (``Objective`` here), built once
+from the run's ``loss`` and ``negatives`` sections by :func:`crl.losses.build_objective` (through
+:func:`crl.train.build.build_objective`, which adds the ``model`` section's logit-scale
+settings)."""
 
 from crl.losses.training import TrainingObjective as Objective
-from crl.losses.training import build_objective
 
-__all__ = ["Objective", "build_objective"]
+__all__ = ["Objective"]
