@@ -7,23 +7,16 @@ continues where it stopped and ``crl report`` rebuilds the report from the files
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from crl.errors import CrlValueError
+from crl.train.config import stable_hash
 
 Preset = Literal["smoke", "quick", "full"]
 PRESETS: tuple[str, ...] = ("smoke", "quick", "full")
-
-
-def stable_hash(data: Any, length: int = 10) -> str:
-    """A short hex digest of ``data``'s canonical JSON (sorted keys): the id of a run config."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -185,15 +185,26 @@ class TrainConfig(_Section):
         return self
 
 
+def stable_hash(data: Any, length: int = 10) -> str:
+    """crl's one run-id hash: a short hex digest of ``data``'s canonical JSON (sorted keys,
+    compact separators). It names ``crl train`` runs (:func:`config_hash`) and study runs.
+
+    Example:
+        >>> stable_hash({"b": 1, "a": [1, 2]}) == stable_hash({"a": [1, 2], "b": 1})
+        True
+    """
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
 def config_hash(config: TrainConfig) -> str:
-    """A short (8 hex digits) hash of the resolved config: the run id.
+    """A short (8 hex digits) :func:`stable_hash` of the resolved config: the run id.
 
     Example:
         >>> config_hash(TrainConfig()) == config_hash(TrainConfig())
         True
     """
-    text = json.dumps(config.model_dump(mode="json"), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+    return stable_hash(config.model_dump(mode="json"), 8)
 
 
 __all__ = [
@@ -205,4 +216,5 @@ __all__ = [
     "TrainConfig",
     "TrainOptions",
     "config_hash",
+    "stable_hash",
 ]
