@@ -1,5 +1,7 @@
 """Encoders: linear, MLP and small-CNN towers, projection heads, text towers (frozen MiniLM
-features or a bag of tokens trained from scratch) and the ``DualEncoder`` that pairs them.
+features, a bag of tokens trained from scratch, or a pretrained transformer fine-tuned end to
+end), the user's own towers (``model.kind: custom``) and the ``DualEncoder`` that pairs them;
+embedding texts with a trained model and exporting it to sentence-transformers (docs/data.md).
 
 Example:
     >>> import torch
@@ -14,8 +16,11 @@ Example:
 from crl.models.build import build_model, resolve_kind
 from crl.models.config import ModelConfig
 from crl.models.dual import DualEncoder
+from crl.models.encode import encode_texts
+from crl.models.export import export_sentence_transformers
 from crl.models.text import FrozenTextEncoder
 from crl.models.towers import SmallCNN, Tower, mlp, projection_head
+from crl.models.transformer import TransformerEncoder, TransformerTokenizer
 
 __all__ = [
     "DualEncoder",
@@ -23,7 +28,11 @@ __all__ = [
     "ModelConfig",
     "SmallCNN",
     "Tower",
+    "TransformerEncoder",
+    "TransformerTokenizer",
     "build_model",
+    "encode_texts",
+    "export_sentence_transformers",
     "mlp",
     "projection_head",
     "resolve_kind",
