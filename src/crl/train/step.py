@@ -99,9 +99,8 @@ def batch_loss(objective: nn.Module, model: DualEncoder, z: Embeddings, index: T
         zh = None if zh is None else distributed.all_gather_with_grad(zh)
         index, labels = distributed.all_gather_tensor(index), distributed.all_gather_tensor(labels)
         rows = distributed.own_rows(za.shape[0])  # this rank's anchors against all columns
-    extra = {} if zh is None else {"hard": zh}
-    # The one call of the objective in the trainer.
-    out: tuple[Tensor, dict[str, float]] = objective(za, zb, index, labels, rows=rows, **extra)
+    # The one call of the objective in the trainer (contract: crl.losses.build_objective).
+    out: tuple[Tensor, dict[str, float]] = objective(za, zb, index, labels, rows=rows, hard=zh)
     return out
 
 
