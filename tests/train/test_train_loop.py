@@ -255,3 +255,31 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path: Path) -> Non
     else:
         fit(_config(), tmp_path / "run", progress=False, tensorboard=True)
         assert any((tmp_path / "run" / "tensorboard").iterdir())
+
+
+def test_hard_negatives_from_a_file_train_alike_with_gradient_caching(tmp_path: Path) -> None:
+    """A table with a hard-negative column: the batches carry them to the objective (the loss
+    differs from the run without them), and micro-batches of 5 take the same steps."""
+    words = "add sum sort list read file open close join split count value key item".split()
+    rows = []
+    for i in range(60):
+        query = f"{words[i % 14]} {words[(i * 3) % 14]} {i}"
+        rows.append({"query": query, "doc": f"def f{i}(): {query} {words[(i * 5) % 14]}",
+                     "hard": f"def g{i}(): {words[(i * 7) % 14]} {query}"})
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["data.name=files", f"data.files.path={path}", "model.kind=embedding_bag",
+            "model.embed_dim=8", "data.val_fraction=0.1", "data.test_fraction=0.2",
+            "train.batch_size=16", "train.steps=6", "train.log_every=1", "optim.name=sgd",
+            "optim.lr=0.1", "loss.name=info_nce", "eval.probe=false", "train.num_threads=1"]
+    hard = "data.files.columns={a: query, b: doc, negatives: [hard]}"
+    plain = "data.files.columns={a: query, b: doc}"
+
+    def losses(*extra: str) -> list[float]:
+        cfg = load_config("synthetic-gaussian", [*base, *extra])
+        run = fit(cfg, tmp_path / config_hash(cfg), progress=False)
+        return [r["train/loss"] for r in _records(run.run_dir) if "train/loss" in r]
+
+    with_hard = losses(hard)
+    assert losses(hard, "train.micro_batch_size=5") == pytest.approx(with_hard, rel=1e-5)
+    assert losses(plain)[0] != pytest.approx(with_hard[0], rel=1e-3)
