@@ -29,6 +29,7 @@ class DualEncoder(nn.Module):
         text_featurizer: For text towers, maps texts to tensors in ``prepare``.
 
     Example:
+        >>> import torch
         >>> model = DualEncoder(nn.Linear(3, 4), nn.Linear(5, 4))
         >>> za, zb = model(torch.randn(2, 3), torch.randn(2, 5))
         >>> za.shape, [round(float(v), 4) for v in zb.detach().norm(dim=1)]
