@@ -369,7 +369,8 @@ class GlobalContrastiveLoss(PairObjective):
                                                    self._tau(1, index, dtype), self.log_u_b2a,
                                                    None)
             values.append(expand_counted(other, other_counted, batch.size))
-        if share_state and distributed.is_active() and distributed.world_size() > 1:
+        if share_state and not batch.whole and distributed.is_active() \
+                and distributed.world_size() > 1:  # each rank updated its own rows
             for state in (self.log_u_a2b, self.log_u_b2a):
                 where = index.to(state.device)
                 state[where] = distributed.all_gather_tensor(state[where[rows]])
