@@ -59,9 +59,11 @@ class LossConfig(_Section):
     """The ``loss`` section: which contrastive loss, and its hyperparameters.
 
     Attributes:
-        name: ``info_nce`` (NT-Xent / InfoNCE at a fixed temperature), ``clip`` (the model's
-            learnable ``logit_scale``), ``siglip`` (its own learnable scale and bias), ``supcon``
-            (labels, or the two views of an index, as positives), ``gcl``, ``oce``, ``pairwise``.
+        name: A name of :data:`crl.losses.registry.OBJECTIVES`: ``info_nce`` (NT-Xent /
+            InfoNCE at a fixed temperature), ``clip`` (a learnable ``logit_scale``, set by the
+            ``model`` section), ``siglip`` (its own learnable scale and bias), ``supcon``
+            (labels, or the two views of an index, as positives), ``gcl``, ``oce``,
+            ``pairwise``, ``dcl`` (decoupled contrastive loss), or any loss registered later.
         temperature: ``tau`` of info_nce, supcon, gcl, oce (``phi="kl"``) and of the held-out
             contrastive risk.
         symmetric: Average the ``a -> b`` and ``b -> a`` directions.
