@@ -76,9 +76,11 @@ def train(
     summary).
 
     Large batches at bounded memory (docs/training.md): --micro-batch-size K (gradient caching),
-    --precision bf16, and for transformer towers --set model.gradient_checkpointing=true.
+    --precision bf16, and for transformer towers --set model.gradient_checkpointing=true; an
+    example config is in docs/training.md ("Large batches at bounded memory").
 
-    Example: crl train digits-simclr --set train.steps=500 --out runs
+    Examples: crl train digits-simclr --set train.steps=500 --out runs;
+    crl train pycode-clip --set train.batch_size=1024 --micro-batch-size 32 --precision bf16
     """
     from crl import distributed
     from crl.train import config_hash, fit, load_config, smoke_config
