@@ -203,3 +203,9 @@ def test_a_list_column_of_negatives_and_uneven_rows(tmp_path: Path) -> None:
     again.mkdir()
     result = train(again, write_jsonl(again / "p.jsonl", rows[:4] + rows[5:]), columns)
     assert result.exit_code == 0, result.output
+
+
+def test_eval_hard_negatives_without_negative_columns_is_refused(tmp_path: Path) -> None:
+    line = one_error_line(train(tmp_path, write_jsonl(tmp_path / "p.jsonl", ROWS),
+                                {"a": "query", "b": "doc"}))
+    assert "eval.hard_negatives needs hard negatives in the data" in line

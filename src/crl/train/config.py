@@ -182,6 +182,10 @@ class TrainConfig(_Section):
                 f"loss {self.loss.name!r} contrasts every batch member; negatives.regime must "
                 f"be 'in_batch'; got {self.negatives.regime!r}"
             )
+        if self.eval.hard_negatives and not (self.data.name == "files"
+                                             and self.data.files.columns.negatives):
+            raise ValueError("eval.hard_negatives needs hard negatives in the data: name their "
+                             "columns in data.files.columns.negatives")
         return self
 
 
