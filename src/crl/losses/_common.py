@@ -54,6 +54,27 @@ def off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
     return ~torch.eye(n, dtype=torch.bool, device=device)
 
 
+def info_nce_rows(logits: Tensor, candidates: Tensor, offset: int = 0,
+                  extra: Tensor | None = None) -> Tensor:
+    """``(h,)`` per-anchor InfoNCE: ``log sum_{candidates} exp(logits) - logits[i, offset + i]``
+    of ``logits (h, B)`` over the ``candidates (h, B)`` mask (the positive included), with the
+    ``(h, H)`` ``extra`` logits as further candidates of their rows (hard negatives).
+
+    Example:
+        >>> logits = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> info_nce_rows(logits, torch.tensor([[True, True], [False, True]]))
+        tensor([0.3133, 0.0000])
+    """
+    own = torch.arange(logits.shape[0], device=logits.device)
+    if extra is None:
+        lse = masked_logsumexp(logits, candidates, dim=1)
+    else:
+        lse = masked_logsumexp(torch.cat([logits, extra], dim=1),  # (h, B + H)
+                               torch.cat([candidates, candidates.new_ones(extra.shape)], dim=1),
+                               dim=1)
+    return lse - logits[own, own + offset]  # after the lse: the gradients add up in that order
+
+
 def other_direction(first: Tensor, x: Tensor, y: Tensor, rows: slice, whole: bool,
                     logits_of: Callable[[Tensor], Tensor] = lambda s: s) -> Tensor:
     """The ``(h, B)`` logits of the ``b -> a`` direction for the anchors ``rows``, given those

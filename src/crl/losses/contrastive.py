@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from crl._validation import check_positive
-from crl.losses._common import hard_scores, masked_logsumexp, other_direction
+from crl.losses._common import hard_scores, info_nce_rows, other_direction
 from crl.losses.infonce import info_nce
 from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
 from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
@@ -53,20 +53,6 @@ def candidates_mask(batch: PairBatch) -> tuple[Tensor, Tensor | None]:
     return candidates, has
 
 
-def _row_terms(logits: Tensor, candidates: Tensor, offset: int,
-               extra: Tensor | None = None) -> Tensor:
-    """``(h,)``: ``log sum_{candidates} exp(logits) - logits[i, offset + i]``, with the ``(h, H)``
-    ``extra`` logits as further candidates of their rows."""
-    own = torch.arange(logits.shape[0], device=logits.device)
-    if extra is None:
-        lse = masked_logsumexp(logits, candidates, dim=1)
-    else:
-        lse = masked_logsumexp(torch.cat([logits, extra], dim=1),  # (h, B + H)
-                               torch.cat([candidates, candidates.new_ones(extra.shape)], dim=1),
-                               dim=1)
-    return lse - logits[own, own + offset]
-
-
 def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
                    temperature: float | None = None, scale: Tensor | None = None) -> AnchorTerms:
     """InfoNCE terms of ``batch.rows`` with logits ``s / temperature`` or ``scale * s``.
@@ -97,12 +83,12 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
     candidates, has = candidates_mask(batch)
     logits = logits_of(batch.za[rows] @ batch.zb.T)  # (h, B)
     extra = None if hard is None else logits_of(hard_scores(batch.za[rows], hard))  # (h, H)
-    values = [_row_terms(logits, candidates, start, extra)]
+    values = [info_nce_rows(logits, candidates, start, extra)]
     if symmetric:
         other = other_direction(logits, batch.za, batch.zb, rows, batch.whole, logits_of)
         # Every member (all True): the transpose is the same mask, laid out as `other`.
         both = candidates.T if has is None and batch.whole else candidates
-        values.append(_row_terms(other, both, start))
+        values.append(info_nce_rows(other, both, start))
     return AnchorTerms(tuple(values), None if extra is not None else has)
 
 

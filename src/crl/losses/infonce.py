@@ -18,7 +18,7 @@ from crl._validation import (
     compute_dtype,
     upcast,
 )
-from crl.losses._common import masked_logsumexp
+from crl.losses._common import info_nce_rows, masked_logsumexp
 from crl.losses.tiled import TileMask, dense_mask, pair_loss, use_tiles
 
 
@@ -37,12 +37,6 @@ def _negatives(where: str, negatives_mask: Tensor | None, batch: int,
     mask = check_mask(where, "negatives_mask", negatives_mask, (batch, batch),
                       ignore_diagonal=True)
     return mask.to(device) & ~eye
-
-
-def _one_way_info_nce(logits: Tensor, negatives: Tensor) -> Tensor:
-    """Per-anchor InfoNCE of ``logits (B, B)`` (positives on the diagonal) -> ``(B,)``."""
-    candidates = negatives | torch.eye(logits.shape[0], dtype=torch.bool, device=logits.device)
-    return masked_logsumexp(logits, candidates, dim=1) - logits.diagonal()
 
 
 def info_nce(
@@ -99,9 +93,10 @@ def info_nce(
     negatives_mask = dense_mask(where, negatives_mask, index, a.shape[0], a.device)
     negatives = _negatives(where, negatives_mask, a.shape[0], a.device)
     logits = (a @ b.T) / temperature  # (B, B)
-    loss = _one_way_info_nce(logits, negatives).mean()
+    eye = torch.eye(a.shape[0], dtype=torch.bool, device=a.device)
+    loss = info_nce_rows(logits, negatives | eye).mean()
     if symmetric:
-        loss = 0.5 * (loss + _one_way_info_nce(logits.T, negatives.T).mean())
+        loss = 0.5 * (loss + info_nce_rows(logits.T, negatives.T | eye).mean())
     return loss
 
 
