@@ -49,8 +49,16 @@ def siglip_loss(a: Tensor, b: Tensor, scale: float | Tensor, bias: float | Tenso
     if isinstance(bias, Tensor):
         bias = upcast(bias, dtype)
     logits = scale * (a @ b.T) + bias  # (B, B)
-    signs = 2 * torch.eye(a.shape[0], device=a.device, dtype=dtype) - 1
-    return -F.logsigmoid(signs * logits).sum() / a.shape[0]
+    negatives = ~torch.eye(a.shape[0], dtype=torch.bool, device=a.device)
+    return siglip_rows(logits, negatives, 0).mean()
+
+
+def siglip_rows(logits: Tensor, negatives: Tensor, offset: int) -> Tensor:
+    """``(h,)``: ``-log sigmoid(L_ii) - sum_{j in neg(i)} log sigmoid(-L_ij)`` of each row of
+    ``logits (h, B)``, the positive of row ``i`` at column ``offset + i`` (no checks)."""
+    own = torch.arange(logits.shape[0], device=logits.device)
+    positive = -F.logsigmoid(logits[own, own + offset])
+    return positive - (F.logsigmoid(-logits) * negatives).sum(dim=1)
 
 
 class SigLipLoss(PairObjective):
@@ -98,10 +106,8 @@ class SigLipLoss(PairObjective):
     def terms(self, batch: PairBatch) -> AnchorTerms:
         rows, start = batch.rows, int(batch.rows.start)
         logits = self.logit_scale.exp() * (batch.za[rows] @ batch.zb.T) + self.logit_bias  # (h, B)
-        own = torch.arange(batch.size, device=logits.device)
         negatives = anchor_negatives(dense_negatives(batch), rows, logits.shape[1], logits.device)
-        positive = -F.logsigmoid(logits[own, own + start])
-        return AnchorTerms((positive - (F.logsigmoid(-logits) * negatives).sum(dim=1),))
+        return AnchorTerms((siglip_rows(logits, negatives, start),))
 
     def logs(self) -> dict[str, float]:
         return {"train/logit_scale": float(self.logit_scale.detach().exp()),
@@ -111,4 +117,4 @@ class SigLipLoss(PairObjective):
         return 1.0 / float(self.logit_scale.detach().exp())
 
 
-__all__ = ["SigLipLoss", "siglip_loss"]
+__all__ = ["SigLipLoss", "siglip_loss", "siglip_rows"]
