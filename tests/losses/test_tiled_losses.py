@@ -3,7 +3,7 @@
 The plain losses of ``crl.losses.infonce`` are themselves tested against the float64 loop
 references (``test_losses_parity.py``); here ``info_nce`` / ``clip_loss`` with a ``block_size``
 (the tiled kernel) are compared with them, the negatives-only log-sum-exp of
-:func:`crl.losses.anchor_logsumexp` with a dense formula written from docs/theory.md §3, and
+:func:`crl.losses.anchor_logsumexp` with a dense formula written from docs/theory.md §10, and
 bfloat16 inputs (bf16 products, float32 reductions) with float64.
 """
 

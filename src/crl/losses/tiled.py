@@ -7,7 +7,7 @@ indices, so no ``B²`` object is built), optional per-anchor extra candidates (h
 InfoNCE, the CLIP loss (``info_nce`` / ``clip_loss`` with ``block_size``, both directions from one
 pass over the tiles), GCL, the held-out risk and the uniformity metric are written on it. The
 kernel and its derivation live in :mod:`crl.losses._tiled_kernel`; results equal the plain
-``(B, B)`` computations up to floating-point rounding (``docs/theory.md`` §1).
+``(B, B)`` computations up to floating-point rounding (``docs/theory.md`` §12, the losses §8).
 
 bfloat16 / float16 embeddings keep their dtype for the tile products (about twice the float32
 matmul speed on CPUs with bf16 units); maxima, log-sum-exps and gradient accumulators are float32,
