@@ -143,6 +143,8 @@ def test_an_mlp_for_text_is_refused_naming_kinds_that_can(tmp_path: Path) -> Non
      r"has no column 'doc' \(set data.files.columns.b\); its columns are "
      r"\['query', 'neg', 'cls'\]"),
     (lambda d: put(d / "p.jsonl", '{"query": "x"}\n[1]\n'), r"line 2 must be a JSON object"),
+    (lambda d: put(d / "p.jsonl", '{"query": "x"}\n{"query": \n'),
+     r"p\.jsonl, line 2 is not valid JSON"),
     (lambda d: put(d / "p.csv", "query,doc\nx,y,z\n"),
      r"p\.csv, line 2 has 3 field\(s\) but the header has 2"),
 ])
