@@ -138,12 +138,20 @@ def pycode(out: Path, threads: int, overrides: list[str]) -> dict[str, Any]:
     }
 
 
-def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
-           ) -> dict[str, Any]:
-    """Run each MiniLM entry in a fresh process; merge into ``quality_minilm.json``."""
+def _merge_minilm(entry: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Add one entry to ``quality_minilm.json`` as it is now (drivers may run side by side)."""
     results: dict[str, Any] = (json.loads(MINILM_RESULTS.read_text())
                                if MINILM_RESULTS.exists() else {"entries": {}})
-    results["environment"] = {**environment_info(), "cpu_count": os.cpu_count()}
+    results["entries"][entry] = value
+    results["comparison"] = minilm_comparison(results["entries"])
+    write_json(MINILM_RESULTS, results)
+    return results
+
+
+def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
+           ) -> dict[str, Any]:
+    """Run each MiniLM entry in a fresh process; merge it into ``quality_minilm.json``."""
+    results: dict[str, Any] = {}
     for entry in entries:
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         proc = subprocess.run([sys.executable, str(MINILM_WORKER), entry, "--train-pairs",
@@ -153,14 +161,12 @@ def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
             tail = " | ".join(proc.stderr.strip().splitlines()[-4:])
-            results["entries"][entry] = {"error": f"exit {proc.returncode}: {tail}",
-                                         "started_utc": started}
+            value = {"error": f"exit {proc.returncode}: {tail}", "started_utc": started}
         else:
-            results["entries"][entry] = {**json.loads(lines[-1]), "started_utc": started}
-        print(entry, json.dumps(results["entries"][entry].get("metrics",
-                                                               results["entries"][entry])))
-        results["comparison"] = minilm_comparison(results["entries"])
-        write_json(MINILM_RESULTS, results)
+            value = {**json.loads(lines[-1]), "started_utc": started,
+                     "environment": {**environment_info(), "cpu_count": os.cpu_count()}}
+        print(entry, json.dumps(value))
+        results = _merge_minilm(entry, value)
     return results
 
 
