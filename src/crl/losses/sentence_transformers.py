@@ -70,6 +70,10 @@ class CrlContrastiveLoss(nn.Module):
         gcl: GCL's options (gamma and its schedule, temperature mode).
         block_size: Tile side of the exact tiled kernels (None: tiles only for large batches).
 
+    ``SentenceTransformerTrainer`` optimises the loss module's parameters with the model's, so
+    GCL's learnable temperatures are trained; it never calls ``set_epoch``, so GCL's cosine
+    gamma schedule stays at epoch 0 unless a callback calls ``loss.objective.set_epoch(epoch)``.
+
     Raises:
         CrlValueError: for a bad option, or GCL / negative sets without ``num_samples``.
     """
