@@ -153,9 +153,11 @@ class _Training:
 
     @classmethod
     def start(cls, config: TrainConfig, run_id: str, checkpoint: dict[str, Any] | None,
-              device: torch.device, writer: RunWriter) -> _Training:
-        """Build the run, restore the checkpoint if any, and open the run directory."""
-        built = build_run(config, device)
+              device: torch.device, writer: RunWriter, built: BuiltRun | None = None
+              ) -> _Training:
+        """Build the run (unless ``built`` is given), restore the checkpoint if any, and open
+        the run directory."""
+        built = build_run(config, device) if built is None else built
         total = built.total_steps
         optimizer = build_optimizer(config.optim, trainable([built.model, built.objective]))
         scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, total, config.optim))
@@ -247,19 +249,28 @@ class _Training:
                 for batch in self._loader(*divmod(self.step, per_epoch)):
                     loss = self._one_step(batch)
                     bar.update(self.step, loss=loss)
-                    if self.step % cfg.log_every == 0 or self.step == total:
-                        self.writer.record(self.log)
-                    if (cfg.eval_every and self.step % cfg.eval_every == 0
-                            and self.built.val_ds is not None and self.step < total):
-                        self.evaluate(self.built.val_ds, "val")
-                    if ((cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0)
-                            or self.step == stop):
-                        self.writer.checkpoint(self._state)
-                        self.last_checkpoint = self.step
+                    self.after_step(stop)
                     if self.step >= stop:
                         break
         if self.step < total:
             return RunResult(self.writer.run_dir, {}, self.step, False)
+        return self.finish(started)
+
+    def after_step(self, stop: int) -> None:
+        """The records, validation and checkpoint due after step ``self.step``."""
+        cfg, total = self.config.train, self.built.total_steps
+        if self.step % cfg.log_every == 0 or self.step == total:
+            self.writer.record(self.log)
+        if (cfg.eval_every and self.step % cfg.eval_every == 0
+                and self.built.val_ds is not None and self.step < total):
+            self.evaluate(self.built.val_ds, "val")
+        if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.step == stop:
+            self.writer.checkpoint(self._state)
+            self.last_checkpoint = self.step
+
+    def finish(self, started: float) -> RunResult:
+        """The final evaluation and ``summary.json`` (``started``: ``perf_counter`` at the
+        start of training)."""
         summary = self._final_summary()
         summary["time/train_eval_s"] = time.perf_counter() - started
         self.writer.summary(summary)

@@ -224,6 +224,16 @@ def train_step(model: DualEncoder, objective: Objective, batch: Any, optimizer: 
     optimizer.zero_grad(set_to_none=True)
     value, logs = loss_and_gradients(model, objective, batch, device=device, step=step,
                                      micro_batch_size=micro_batch_size, precision=precision)
+    return value, apply_gradients(objective, optimizer, scheduler, logs, grad_clip=grad_clip,
+                                  step=step)
+
+
+def apply_gradients(objective: Objective, optimizer: Optimizer, scheduler: LambdaLR,
+                    logs: dict[str, float], *, grad_clip: float | None,
+                    step: int) -> dict[str, float]:
+    """The second half of :func:`train_step` on the gradients in ``.grad``: averaged over
+    ranks, clipped, the optimiser and scheduler stepped, the logit scale clamped; returns
+    ``logs`` with ``train/lr`` and ``train/grad_norm``."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     distributed.average_gradients(params)
     max_norm = grad_clip if grad_clip is not None else float("inf")
@@ -235,12 +245,13 @@ def train_step(model: DualEncoder, objective: Objective, batch: Any, optimizer: 
     scheduler.step()
     objective.after_step()  # clamps the logit scale / learnable temperatures
     logs["train/grad_norm"] = float(norm)
-    return value, logs
+    return logs
 
 
 __all__ = [
     "PRECISIONS",
     "NonFiniteLossError",
+    "apply_gradients",
     "batch_loss",
     "embed",
     "loss_and_gradients",
