@@ -16,4 +16,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q -e ".[dev,bench]"
+# The peers the parity tests compare against, without their dependencies: their loss modules
+# need only torch, and their full dependency trees (torchvision, opencv, ...) do not import here.
+.venv/bin/python -m pip install -q --no-deps open-clip-torch==3.3.0 libauc==2.0.1
 echo "$want" > "$stamp"
