@@ -1,6 +1,6 @@
 """Slow, obviously-correct float64 references for the losses of :mod:`crl.losses`.
 
-Every reference is written straight from the formula of THEORY.md section 1 with explicit Python
+Every reference is written straight from the formulas of docs/theory.md §8 with explicit Python
 loops over anchors and candidates, on float64 torch scalars, so that ``torch.autograd`` on the
 reference gives the reference gradient. The only numerical device used is the max-subtracted
 log-sum-exp (:func:`ref_logsumexp`), needed to evaluate the formulas at large logits.
