@@ -50,8 +50,13 @@ def loss(
 
     Example: crl bench loss --quick --dtype bf16 --out /tmp/loss_bf16.json
     """
-    from crl.bench import format_loss_table, run_loss_benchmark, write_result
-    from crl.bench.loss_bf16 import format_bf16_table, run_bf16_loss_benchmark
+    from crl.bench import (
+        format_bf16_table,
+        format_loss_table,
+        run_bf16_loss_benchmark,
+        run_loss_benchmark,
+        write_result,
+    )
     from crl.errors import CrlValueError
 
     try:
