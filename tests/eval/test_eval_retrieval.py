@@ -112,7 +112,7 @@ def test_auc_criterion_matches_sklearn_and_pairs() -> None:
     for i in range(scores.shape[0]):
         want = roc_auc_score(positives[i].numpy(), scores[i].numpy())
         assert float(got[i]) == pytest.approx(want, abs=1e-12)
-        # the pair-counting definition of THEORY.md section 4
+        # the pair-counting definition of docs/theory.md §11
         pos = scores[i][positives[i]].tolist()
         neg = scores[i][~positives[i]].tolist()
         pairs = [1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg]

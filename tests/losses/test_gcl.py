@@ -1,4 +1,4 @@
-"""GlobalContrastiveLoss against the formulas of THEORY.md section 3, written as float64 loops."""
+"""GlobalContrastiveLoss against the formulas of docs/theory.md §10, written as float64 loops."""
 
 from __future__ import annotations
 

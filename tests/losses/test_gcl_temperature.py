@@ -1,5 +1,5 @@
 """The learnable-temperature variants of GCL (FastCLIP-v3 global tau, iSogCLR per-sample tau)
-against their gradients written out by hand (THEORY.md section 3)."""
+against their gradients written out by hand (docs/theory.md §10)."""
 
 from __future__ import annotations
 

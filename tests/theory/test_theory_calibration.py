@@ -1,4 +1,4 @@
-"""Calibration, Fisher consistency and the pairwise surrogates (THEORY.md section 4)."""
+"""Calibration, Fisher consistency and the pairwise surrogates (docs/theory.md §4)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_calibration_bound_is_tight_up_to_a_factor_two() -> None:
 
     Here ``E* - E = |p - r|`` and ``(L - L*) / tau -> KL(p || r) ~ 2 (p - r)^2``, so the ratio to
     ``sqrt(2 (L - L*) / tau)`` tends to 1/2. The random search above never exceeds 1/2 either:
-    THEORY.md's constant is within a factor 2 of sharp (see docs/theory.md).
+    The reconstructed constant is within a factor 2 of sharp (docs/theory.md §4).
     """
     ratios = []
     for eps in (0.1, 0.01, 0.001):

@@ -1,4 +1,5 @@
-"""Internal discrepancy, the mean-classifier loss and the collision probability (THEORY.md §7)."""
+"""Internal discrepancy, the mean-classifier loss and the collision probability
+(docs/theory.md §6)."""
 
 from __future__ import annotations
 

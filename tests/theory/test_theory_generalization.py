@@ -1,4 +1,4 @@
-"""Inner and outer error (THEORY.md section 6), rate fits and the InfoNCE MI bound."""
+"""Inner and outer error (docs/theory.md §5), rate fits and the InfoNCE MI bound."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def test_inner_error_rate_independent_negatives_is_one_over_m() -> None:
                               generator=g) for m in M_VALUES]
     fit = fit_rate(M_VALUES, [r.inner_rms for r in runs])
     assert abs(fit.exponent - 1.0) < 0.15, fit
-    # The inner error is the Jensen bias, positive, and matches THEORY.md's second-order term.
+    # The inner error is the Jensen bias, positive, and matches the second-order term of
+    # docs/theory.md §5.
     for r in runs:
         assert r.inner_mean > 0
         assert r.inner_rms == pytest.approx(r.inner_mean, rel=0.1)
@@ -57,7 +58,8 @@ def test_inner_error_rate_shared_negatives_is_one_over_sqrt_m() -> None:
 
 
 def test_inner_bias_matches_second_order_formula() -> None:
-    """``E[L_n - L_hat] ~ tau Var_{p-}(e^{s/tau}) / (2 m (E_{p-} e^{s/tau})^2)`` (THEORY.md §6)."""
+    """``E[L_n - L_hat] ~ tau Var_{p-}(e^{s/tau}) / (2 m (E_{p-} e^{s/tau})^2)``
+    (docs/theory.md §5)."""
     model, table = _model_and_table()
     tau, m = 1.0, 64
     w = np.exp(table / tau)  # (X, Y)

@@ -61,7 +61,7 @@ def reference_auc(model: TabularModel, table: np.ndarray) -> float:
 
 
 def reference_tilted_kl(model: TabularModel, table: np.ndarray, tau: float) -> float:
-    """E_x KL(p+_x || q_x), q_x(y) = p-_x(y) e^{s/tau} / Z_x, straight from THEORY.md §4."""
+    """E_x KL(p+_x || q_x), q_x(y) = p-_x(y) e^{s/tau} / Z_x, straight from docs/theory.md §1."""
     total = 0.0
     for x in range(model.num_anchors):
         weights = [model.p_neg_matrix[x, y] * math.exp(table[x, y] / tau)

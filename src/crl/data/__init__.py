@@ -1,6 +1,6 @@
 """Data sets that yield ``(view_a, view_b, index, label)`` pairs, with deterministic splits.
 
-- ``synthetic``: the closed-form models of THEORY.md section 5.
+- ``synthetic``: the closed-form models of docs/theory.md §2.
 - ``digits``: scikit-learn's 8x8 digits with two augmented views (and a long-tailed variant).
 - ``pycode``: docstring-to-code pairs mined from the installed Python sources.
 - ``files``: a user's ``.npz`` vectors, or texts in ``.jsonl``, ``.csv``/``.tsv``, ``.parquet`` or

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SyntheticConfig(BaseModel):
-    """The closed-form models of THEORY.md section 5, sampled into a fixed pool of pairs.
+    """The closed-form models of docs/theory.md §2, sampled into a fixed pool of pairs.
 
     Attributes:
         model: ``gaussian_mean_shift`` (``x ~ N(0, I)``, ``y ~ N(a x, sigma^2 I)``),
@@ -24,8 +24,8 @@ class SyntheticConfig(BaseModel):
             (disjoint classes of ``items_per_class`` items each; ``x`` and its positive ``y`` are
             items of the same class, one-hot encoded; labels are the classes).
         num_samples: Size of the pool of pairs, split into train/val/test.
-        dim: Dimension of ``x`` and ``y`` for the Gaussian models (THEORY.md's mean-shift
-            formulas assume 2).
+        dim: Dimension of ``x`` and ``y`` for the Gaussian models (the mean-shift model's
+            formulas, docs/theory.md §2, assume 2).
         a, sigma: Mean-shift parameters.
         rho: Correlation of the correlated Gaussian, in (-1, 1).
         class_probs: Class prior ``pi`` of the latent-class model (sums to 1).

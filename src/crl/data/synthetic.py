@@ -1,4 +1,4 @@
-"""Pairs sampled from the closed-form models of THEORY.md section 5 (:mod:`crl.theory`).
+"""Pairs sampled from the closed-form models of docs/theory.md §2 (:mod:`crl.theory`).
 
 The pool of ``num_samples`` pairs is drawn once from a generator seeded by the split seed, so every
 run with the same data config sees the same pairs, and :func:`synthetic_model` returns the very

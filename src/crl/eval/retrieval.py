@@ -1,4 +1,4 @@
-"""Retrieval metrics on score matrices, computed over tiles of scores (THEORY.md section 4).
+"""Retrieval metrics on score matrices, computed over tiles of scores (docs/theory.md §11).
 
 Conventions (used by every function here):
 
@@ -302,7 +302,7 @@ def _check_scores_positives(where: str, scores: Tensor, positives: Tensor) -> Te
 
 def auc_criterion(scores: Tensor, positives: Tensor) -> Tensor:
     """Per-query AUC criterion: the fraction of (positive, negative) pairs with the positive
-    scored higher, ties counting one half (THEORY.md section 4).
+    scored higher, ties counting one half (docs/theory.md §11).
 
     Computed from mid-ranks (the Mann-Whitney U statistic), ``O(Q K log K)``.
 

@@ -12,7 +12,7 @@ none.
 
 Hard negatives (``hard_negatives``):
 
-- ``"own"`` (crl's meaning, docs/theory.md §1): anchor ``i``'s hard-negative texts are extra
+- ``"own"`` (crl's meaning, docs/theory.md §8): anchor ``i``'s hard-negative texts are extra
   candidates of anchor ``i`` only, counted in its ``m``; any loss, any negatives regime.
 - ``"batch"`` (``MultipleNegativesRankingLoss``'s): every hard negative in the batch is a
   candidate of every anchor; InfoNCE with in-batch negatives only.

@@ -1,6 +1,6 @@
 """Negatives as their own axis: shared (SSCRL) or independent (SCRL) negative sets of size m.
 
-See THEORY.md section 2 and ``docs/negatives.md``.
+See docs/theory.md §9 and ``docs/negatives.md``.
 """
 
 from crl.negatives.config import NegativesConfig, build_negative_sets

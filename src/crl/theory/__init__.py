@@ -1,4 +1,4 @@
-"""Theory you can check (THEORY.md sections 4-7).
+"""Theory you can check (docs/theory.md §1-§7).
 
 Models with exact answers (:mod:`crl.theory.models`, :mod:`crl.theory.gaussian`), Monte Carlo
 estimators with standard errors, the calibration check, inner and outer generalization error,

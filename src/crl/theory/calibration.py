@@ -1,4 +1,4 @@
-"""The calibration check: excess risk against excess AUC (THEORY.md section 4).
+"""The calibration check: excess risk against excess AUC (docs/theory.md §4).
 
 The calibration inequality, with the constant as reconstructed through Pinsker's inequality:
 ``E* - E(s) <= sqrt( (2 / tau) (L(s) - L*) )``.

@@ -1,6 +1,6 @@
-"""Internal discrepancy, the mean-classifier supervised loss and class collisions (THEORY.md §7).
+"""Internal discrepancy, the mean-classifier loss and class collisions (docs/theory.md §6).
 
-This section of the theory is our reconstruction (see THEORY.md): class centre
+This section of the theory is our reconstruction (docs/theory.md §6): class centre
 ``mu_c = E_{x~D_c} f(x)``, positive mean ``mu+(x) = E_{x+~A(.|x)} f(x+)`` and internal discrepancy
 ``ID(f) = E_c E_{x~D_c} ||mu+(x) - mu_c||``. On a finite labelled sample the expectations over
 ``D_c`` are class means of the sample and ``mu+(x)`` is the mean of ``num_augment`` augmentations.
@@ -34,7 +34,7 @@ class DiscrepancyReport:
             by their empirical frequency).
         per_class: ``(C,)``, the mean within each class, in the order of ``classes``.
         supervised_loss: The mean-classifier loss ``E l({f(x).(mu_c - mu_c')}_{c' != c})``, ``l``
-            the softmax cross-entropy (THEORY.md §7).
+            the softmax cross-entropy (docs/theory.md §6).
         centres: ``(C, D)`` class centres ``mu_c``.
         classes: ``(C,)`` the distinct labels, sorted.
         class_frequencies: ``(C,)`` the empirical class prior.
@@ -119,7 +119,7 @@ def internal_discrepancy(encoder: Encoder, data: Tensor, augment: Augment, label
 
 def collision_probability(class_probs: Any, k: int) -> float:
     """``tau_k = 1 - sum_c pi_c (1 - pi_c)^k``: the chance that some of ``k`` negatives drawn
-    from the prior share the anchor's class (THEORY.md §7).
+    from the prior share the anchor's class (docs/theory.md §6).
 
     Args:
         class_probs: ``(C,)`` class prior ``pi``.

@@ -70,7 +70,7 @@ def score_negatives(scorer: Scorer, x: Tensor, negatives: Tensor, *, shared: boo
 
 def anchor_empirical_risk(positive_scores: Tensor, negative_scores: Tensor,
                           tau: float) -> Tensor:
-    """Per-anchor empirical contrastive risk (positive excluded; THEORY.md section 1).
+    """Per-anchor empirical contrastive risk (positive excluded; docs/theory.md §1 and §8).
 
     ``tau log( (1/M) sum_j exp((s(x_i, y'_ij) - s(x_i, y_i)) / tau) )``.
 
@@ -93,10 +93,10 @@ def anchor_empirical_risk(positive_scores: Tensor, negative_scores: Tensor,
 def mc_risk(model: ExactModel, scorer: Any, tau: float, *, num_anchors: int = 20_000,
             num_negatives: int = 2_000, generator: torch.Generator | None = None,
             bias_correction: bool = True, chunk: int = 2_000_000) -> MonteCarloEstimate:
-    """Nested Monte Carlo estimate of the population risk ``L(s)`` (THEORY.md section 1).
+    """Nested Monte Carlo estimate of the population risk ``L(s)`` (docs/theory.md §1).
 
     Each anchor gets ``num_negatives`` independent negatives; the log of their mean is biased by
-    about ``-tau Var(e^{D/tau}) / (2 M mean^2)`` (THEORY.md section 6), which
+    about ``-tau Var(e^{D/tau}) / (2 M mean^2)`` (docs/theory.md §5), which
     ``bias_correction`` adds back per anchor (leaving an ``O(1/M^2)`` bias). The standard error is
     that of the mean over anchors.
 
@@ -128,7 +128,7 @@ def mc_risk(model: ExactModel, scorer: Any, tau: float, *, num_anchors: int = 20
 def mc_auc(model: ExactModel, scorer: Any, *, num_anchors: int = 20_000,
            num_negatives: int = 64, generator: torch.Generator | None = None,
            chunk: int = 2_000_000) -> MonteCarloEstimate:
-    """Unbiased Monte Carlo estimate of the AUC criterion ``E(s)`` (THEORY.md section 4).
+    """Unbiased Monte Carlo estimate of the AUC criterion ``E(s)`` (docs/theory.md §1).
 
     Per anchor: the fraction of its ``num_negatives`` negatives ranked below its positive (ties
     count 1/2); the estimate is the mean over anchors, its standard error that of the mean.
@@ -173,7 +173,7 @@ def _mean_estimate(values: Tensor) -> MonteCarloEstimate:
 
 
 def mi_lower_bound(info_nce_value: float, num_candidates: int) -> float:
-    """``I(x; y) >= log K - L_InfoNCE`` for InfoNCE with ``K`` candidates (THEORY.md section 4).
+    """``I(x; y) >= log K - L_InfoNCE`` for InfoNCE with ``K`` candidates (docs/theory.md §3).
 
     Args:
         info_nce_value: The InfoNCE loss (positive included in the denominator), in nats.

@@ -1,4 +1,4 @@
-"""Gaussian models with exact answers (THEORY.md section 5) and bilinear scorers.
+"""Gaussian models with exact answers (docs/theory.md §2) and bilinear scorers.
 
 Both models share one structure: ``x ~ N(0, I_d)``, positives ``y | x ~ N(a x, s_pos^2 I_d)``,
 negatives ``y' ~ N(0, s_neg^2 I_d)`` (independent of ``x``). For a bilinear scorer
@@ -53,7 +53,7 @@ class BilinearScorer:
 
 
 def rotation_scorer(scale: float, angle: float) -> BilinearScorer:
-    """``W = scale * R_angle`` in ``d = 2`` (THEORY.md section 5).
+    """``W = scale * R_angle`` in ``d = 2`` (docs/theory.md §2).
 
     Example:
         >>> rotation_scorer(2.0, math.pi / 2).weight.round(12).tolist()
@@ -166,7 +166,7 @@ class _GaussianBilinearModel(ExactModel):
 
 
 class GaussianMeanShift(_GaussianBilinearModel):
-    """``x ~ N(0, I)``, ``p+_x = N(a x, sigma^2 I)``, ``p- = N(0, sigma^2 I)`` (THEORY.md §5).
+    """``x ~ N(0, I)``, ``p+_x = N(a x, sigma^2 I)``, ``p- = N(0, sigma^2 I)`` (docs/theory.md §2).
 
     ``s* = (tau a / sigma^2) x.y + g(x)``, ``L* = -tau a^2 d / (2 sigma^2)`` and, in ``d = 2``,
     ``E* = 1/2 + k / (2 sqrt(1 + k^2))`` with ``k = a / (sigma sqrt 2)``.
@@ -207,7 +207,8 @@ class GaussianMeanShift(_GaussianBilinearModel):
 
 
 class CorrelatedGaussian(_GaussianBilinearModel):
-    """``x ~ N(0, I_d)``, ``y | x ~ N(rho x, (1 - rho^2) I_d)``, ``p- = N(0, I_d)`` (THEORY.md §5).
+    """``x ~ N(0, I_d)``, ``y | x ~ N(rho x, (1 - rho^2) I_d)``, ``p- = N(0, I_d)``
+    (docs/theory.md §2).
 
     ``L* = (tau d / 2) log(1 - rho^2) = -tau I(x; y)``. ``s*`` is quadratic in ``y``: it orders
     candidates by ``|y - x/rho|`` (smaller is better), so ``E*`` is a 2-D integral of

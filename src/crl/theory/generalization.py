@@ -1,4 +1,5 @@
-"""Inner (finite m) and outer (finite n) error of the empirical contrastive risk (THEORY.md §6).
+"""Inner (finite m) and outer (finite n) error of the empirical contrastive risk
+(docs/theory.md §5).
 
 For a fixed scorer, one repetition draws ``n`` anchors with their positives, then ``m`` negatives
 per anchor (independent, SCRL) or one set of ``m`` for all anchors (shared, SSCRL), and computes
@@ -14,9 +15,9 @@ so ``L - L_hat = inner + outer``. Over repetitions we report the mean and the ro
 each. With ``n >> m``, the inner RMS is dominated by the bias ``~ tau Var / (2 m mean^2)`` for
 independent negatives (so it falls like ``1/m``: the fluctuations average over the ``n``
 anchors), and by the fluctuation of the one shared sample for shared negatives (``~ 1/sqrt(m)``:
-it does not average out). THEORY.md's split ``(L - E L_hat) + (E L_hat - L_hat)`` is reported as
-well: ``expected_gap`` estimates ``L - E L_hat`` and ``fluctuation_rms`` the RMS of
-``E L_hat - L_hat`` (both over the repetitions).
+it does not average out). The paper's split ``(L - E L_hat) + (E L_hat - L_hat)`` is reported as
+well (docs/theory.md §5): ``expected_gap`` estimates ``L - E L_hat`` and ``fluctuation_rms``
+the RMS of ``E L_hat - L_hat`` (both over the repetitions).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ class InnerOuterError:
         inner_rms: Root-mean-square of ``L_n - L_hat``.
         outer_mean: Mean of ``L - L_n`` (about 0).
         outer_rms: Root-mean-square of ``L - L_n`` (about ``sd / sqrt(n)``).
-        expected_gap: ``L - mean(L_hat)``, the estimate of THEORY.md's ``L - E L_hat``.
+        expected_gap: ``L - mean(L_hat)``, the estimate of the paper's ``L - E L_hat``.
         expected_gap_stderr: Its standard error.
-        fluctuation_rms: RMS of ``mean(L_hat) - L_hat``, THEORY.md's ``E L_hat - L_hat``.
+        fluctuation_rms: RMS of ``mean(L_hat) - L_hat``, the paper's ``E L_hat - L_hat``.
     """
 
     n: int
@@ -80,7 +81,7 @@ class InnerOuterError:
 def inner_outer_error(model: ExactModel, scorer: Any, tau: float, *, n: int, m: int,
                       shared: bool, repetitions: int = 50,
                       generator: torch.Generator | None = None) -> InnerOuterError:
-    """Estimate the inner and outer error of ``scorer`` by repeated sampling (THEORY.md §6).
+    """Estimate the inner and outer error of ``scorer`` by repeated sampling (docs/theory.md §5).
 
     Args:
         model: A model with an exact ``anchor_risk`` for this scorer (tabular + score table,

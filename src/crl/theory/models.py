@@ -1,4 +1,4 @@
-"""Contrastive models whose population quantities are known exactly (THEORY.md sections 4-5).
+"""Contrastive models whose population quantities are known exactly (docs/theory.md §1 and §2).
 
 A model fixes the anchor law ``p(x)``, the positive law ``p+_x`` and the negative law ``p-_x``.
 It samples anchors, positives and negatives (independent per anchor, SCRL, or one shared set,
@@ -56,11 +56,11 @@ class ExactModel(abc.ABC):
 
     @abc.abstractmethod
     def optimal_risk(self, tau: float) -> float:
-        """``L* = -tau E_x KL(p+_x || p-_x)`` (THEORY.md section 4)."""
+        """``L* = -tau E_x KL(p+_x || p-_x)`` (docs/theory.md §1)."""
 
     @abc.abstractmethod
     def optimal_auc(self) -> float:
-        """``E*``, the AUC criterion of ``s*`` (THEORY.md section 4)."""
+        """``E*``, the AUC criterion of ``s*`` (docs/theory.md §1)."""
 
     def optimal_score(self, x: Tensor, y: Tensor, tau: float) -> Tensor:
         """``s*(x, y) = tau * log(p+_x(y) / p-_x(y))``, shape ``(N,)``."""
@@ -84,14 +84,14 @@ class ExactModel(abc.ABC):
         )
 
     def risk(self, scorer: Any, tau: float) -> float:
-        """Exact population risk ``L(s)`` (THEORY.md section 1), where computable."""
+        """Exact population risk ``L(s)`` (docs/theory.md §1), where computable."""
         raise CrlTypeError(
             f"{type(self).__name__}.risk: no exact risk for a scorer of type "
             f"{type(scorer).__name__}; use crl.theory.estimators.mc_risk"
         )
 
     def auc(self, scorer: Any) -> float:
-        """Exact AUC criterion ``E(s)`` (THEORY.md section 4), where computable."""
+        """Exact AUC criterion ``E(s)`` (docs/theory.md §1), where computable."""
         raise CrlTypeError(
             f"{type(self).__name__}.auc: no exact AUC for a scorer of type "
             f"{type(scorer).__name__}; use crl.theory.estimators.mc_auc"
@@ -147,7 +147,7 @@ class TableScorer:
 
 
 class TabularModel(ExactModel):
-    """Finite anchors and candidates (THEORY.md section 5, "Tabular").
+    """Finite anchors and candidates (docs/theory.md §2, ``TabularModel``).
 
     Args:
         p_x: ``(X,)`` anchor probabilities.
@@ -288,7 +288,7 @@ class TabularModel(ExactModel):
         return table
 
     def risk_tensor(self, table: Tensor, tau: float | Tensor) -> Tensor:
-        """Differentiable exact risk of a ``(X, Y)`` score table (THEORY.md section 5):
+        """Differentiable exact risk of a ``(X, Y)`` score table (docs/theory.md §2):
 
         ``L(S) = sum_x p(x) [ tau log sum_y p-_x(y) e^{S_xy/tau} - sum_y p+_x(y) S_xy ]``.
         """
@@ -319,7 +319,7 @@ class TabularModel(ExactModel):
         return float(self.p_x @ _row_auc(table, self.p_pos, self.p_neg_matrix))
 
     def tilted_kl(self, scorer: Any, tau: float) -> FloatArray:
-        """``KL(p+_x || q_{s,x})`` per anchor, ``q_{s,x} ∝ p-_x e^{s/tau}`` (THEORY.md §4)."""
+        """``KL(p+_x || q_{s,x})`` per anchor, ``q_{s,x} ∝ p-_x e^{s/tau}`` (docs/theory.md §1)."""
         check_positive("TabularModel.tilted_kl", "tau", tau, allow_tensor=False)
         table = self.table_of(scorer)
         with np.errstate(divide="ignore"):
@@ -330,7 +330,7 @@ class TabularModel(ExactModel):
         return np.asarray(terms.sum(axis=1), dtype=np.float64)
 
     def pairwise_risk(self, scorer: Any, loss: str) -> float:
-        """Exact pairwise surrogate risk ``E l(s(x, y) - s(x, y'))`` (THEORY.md section 1)."""
+        """Exact pairwise surrogate risk ``E l(s(x, y) - s(x, y'))`` (docs/theory.md §8)."""
         table = self.table_of(scorer)
         t = table[:, :, None] - table[:, None, :]  # (X, Y, Y'): s(y) - s(y')
         values = _pairwise_loss(t, loss)
@@ -372,7 +372,7 @@ def _rows_multinomial(probs: Tensor, m: int, generator: torch.Generator | None) 
 
 
 class LatentClassModel(TabularModel):
-    """Disjoint latent classes (THEORY.md section 5): ``p+_x = D_c(x)``, ``p- = sum_c pi_c D_c``.
+    """Disjoint latent classes (docs/theory.md §2): ``p+_x = D_c(x)``, ``p- = sum_c pi_c D_c``.
 
     Items ``0 .. C*k - 1``; item ``i`` belongs to class ``i // k``. ``D_c`` is uniform on the
     class's ``k`` items unless ``within_class`` ``(C, k)`` gives it; anchors follow
