@@ -124,3 +124,16 @@ def test_negative_labels_rejected(tmp_path: Path) -> None:
                 labels=np.array([0, -1, 1, 0]))
     with pytest.raises(CrlValueError, match="non-negative"):
         load_data(DataConfig(name="files", files={"path": str(path)}))
+
+
+def test_hard_negatives_survive_an_empty_split() -> None:
+    """A split with no pairs (e.g. data.val_fraction=0) of a file with hard negatives is an empty
+    data set, not an error; the non-empty subsets keep their H."""
+    from crl.data.base import TextPairDataset
+
+    ds = TextPairDataset(["q1", "q2"], ["d1", "d2"], negatives=[["n1"], ["n2"]])
+    empty = ds.subset([])
+    assert len(empty) == 0
+    assert ds.subset([1]).num_hard_negatives == 1
+    with pytest.raises(CrlValueError, match="lists of the same number"):
+        TextPairDataset(["q1", "q2"], ["d1", "d2"], negatives=[["n1"], []])

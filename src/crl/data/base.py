@@ -194,7 +194,7 @@ class TextPairDataset(PairDataset):
             )
         if negatives is not None:
             widths = {len(row) for row in negatives}
-            if len(negatives) != len(a) or len(widths) != 1 or 0 in widths:
+            if len(negatives) != len(a) or (len(a) > 0 and (len(widths) != 1 or 0 in widths)):
                 raise CrlValueError(
                     f"TextPairDataset: `negatives` must hold {len(a)} lists of the same number "
                     f"H >= 1 of texts; got {len(negatives)} lists of lengths {sorted(widths)}"
