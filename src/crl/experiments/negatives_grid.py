@@ -38,7 +38,7 @@ GRIDS: dict[str, dict[str, Grid]] = {
     "pycode": {
         "smoke": Grid((64, 128, 512), (0.05, 0.25, 1.0), (0,), 1024, 64),
         "quick": Grid((250, 500, 1000, 2000), (0.01, 0.05, 0.1, 0.4, 1.0), (0, 1, 2, 3),
-                      12_000, 128, refine_runs=48),
+                      12_000, 128, refine_runs=96),
         "full": Grid((1000, 2500, 6000, 15000), FRACTIONS_FULL, (0, 1, 2), 200_000, 256,
                      refine_runs=200),
     },

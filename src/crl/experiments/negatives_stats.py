@@ -228,7 +228,7 @@ class ScalingLaw:
         if len(values) < 2:
             return (point, math.nan, math.nan)
         lo, hi = np.quantile(values, [0.025, 0.975])
-        return (point, float(lo), float(hi))
+        return (point, float(min(lo, point)), float(max(hi, point)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (without the draws)."""
@@ -275,14 +275,22 @@ def censored_line(x: FloatArray, y: FloatArray, kind: list[str]) -> tuple[float,
 
 def _values(cells: list[CellEstimate], draw: int | None) -> tuple[FloatArray, FloatArray,
                                                                   list[str]]:
+    """The fit's inputs: the point estimates, or bootstrap draw ``draw``. A located draw's m*
+    is only known to lie above the swept m below it, so the draw spreads it log-uniformly over
+    that step: the alpha interval then carries the grid's coarseness, not only the seeds'."""
+    rng = np.random.default_rng(draw)
     x, y, kind = [], [], []
     for c in cells:
         status = c.status if draw is None else c.draw_status[draw]
-        m = c.m_star if draw is None else c.draws[draw]
+        m = float(c.m_star if draw is None else c.draws[draw])
         if status == "below":
-            m = c.ms[0]
+            m = float(c.ms[0])
+        log_m = math.log(m)
+        below = [v for v in c.ms if v < m]
+        if draw is not None and status == "located" and below:
+            log_m = rng.uniform(math.log(below[-1]), log_m)
         x.append(math.log(c.n))
-        y.append(math.log(m))
+        y.append(log_m)
         kind.append(status)
     return np.array(x), np.array(y), kind
 
@@ -311,7 +319,7 @@ def fit_law(regime: str, cells: list[CellEstimate]) -> ScalingLaw:
             draws.append((a, c))
     if len(draws) >= 20:
         lo, hi = np.quantile([a for a, _ in draws], [0.025, 0.975])
-        ci = (float(lo), float(hi))
+        ci = (float(min(lo, alpha)), float(max(hi, alpha)))
     else:
         ci = nan2
     return ScalingLaw(regime, alpha, ci, intercept, tuple(draws), located, censored, "",
