@@ -90,7 +90,7 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
             figures=[curves, regime_figure]),
         Section("Where the gains stop: m* per (regime, n)", [
             "For each regime and n, m* is the smallest swept m whose mean over seeds is within "
-            f"{tolerance:g} of the best swept m. Runs with one seed share the initialisation "
+            f"{tolerance:g} of the best swept m. Runs with the same seed share the initialisation "
             "and data order across m, so the comparison is paired: the mean per m is adjusted "
             "for each seed's level and the interval resamples whole seeds. The true m* lies "
             "above the swept m below the grid m*, so intervals start there. A cell is censored "
