@@ -58,6 +58,9 @@ def negatives(
     out: Path = _OUT,
     workers: int | None = _WORKERS,
     no_progress: bool = _NO_PROGRESS,
+    no_group: bool = typer.Option(
+        False, "--no-group", help="Train every run alone (default: the runs of one n and seed "
+        "train together, with the same results)."),
     executor: Executor | None = None,
 ) -> None:
     """How many negatives can your data use? Fits m*(n), recommends m for your n and writes a
@@ -74,7 +77,8 @@ def negatives(
         config=config, ns=parse_list("--ns", ns, int),
         fractions=parse_list("--fractions", fractions, float),
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
-        device=device, target_n=target_n, refine_runs=refine_runs, executor=executor)
+        device=device, target_n=target_n, refine_runs=refine_runs, executor=executor,
+        group_runs=not no_group)
     _finish(outcome.study_dir, analysis.headline)
 
 

@@ -24,7 +24,7 @@ def _merge(first: StudyOutcome, later: StudyOutcome) -> StudyOutcome:
 
 def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs",
                    workers: int | None = None, progress: bool = True,
-                   executor: str | Executor | None = None,
+                   executor: str | Executor | None = None, group_runs: bool = True,
                    **options: Any) -> tuple[StudyOutcome, Analysis]:
     """Run the study ``name`` (skipping finished runs, resuming interrupted ones), then its
     refinement stages, and write ``results.csv``, ``analysis.json``, ``plots/`` and
@@ -33,6 +33,8 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     The data and every run config are checked once, before any worker starts. ``executor``
     says where the runs execute: ``"local"`` (the default), ``"submitit"``, ``"ray"``, or an
     :class:`~crl.experiments.executors.Executor` with its settings (docs/distributed.md).
+    ``group_runs`` trains the runs that differ only in their negatives together on the local
+    executor (:mod:`crl.experiments.grouping`; ``--no-group``: one at a time).
 
     Raises:
         CrlValueError: when some runs failed (how many, and the first failure's one-line
@@ -43,12 +45,14 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     study = get_study(name, preset=preset, **options)
     study_dir = Path(out) / study.name
     study.check(study_dir)
-    outcome = run_study(study, out, progress=progress, executor=executor)
+    outcome = run_study(study, out, progress=progress, executor=executor,
+                        group_runs=group_runs)
     while not outcome.failed:
         rows = collect_rows(study.runs(), outcome.study_dir)
         if not study.refine(rows, outcome.study_dir):
             break
-        outcome = _merge(outcome, run_study(study, out, progress=progress, executor=executor))
+        outcome = _merge(outcome, run_study(study, out, progress=progress, executor=executor,
+                                            group_runs=group_runs))
     if outcome.failed and outcome.completed + outcome.skipped == 0:
         raise CrlValueError(_failures(name, outcome, "all"))
     analysis = build_report(study, outcome.study_dir)

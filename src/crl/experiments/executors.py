@@ -219,32 +219,42 @@ class LocalExecutor(Executor):
             raise CrlValueError(f"--workers must be an integer >= 1; got {workers!r}")
 
     def run(self, tasks: Sequence[RunTask], study_dir: Path) -> Iterator[RunOutcome]:
+        """Also takes groups of runs (:class:`crl.experiments.grouping.GroupTask`)."""
         if self.workers == 1 or len(tasks) <= 1:
             for task in tasks:
-                yield run_task(task)
+                yield from run_tasks(task)
             return
         threads = max(1, default_workers() // self.workers)
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
-            futures: dict[Future[RunOutcome], RunTask] = {
-                pool.submit(run_task, replace(task, threads=threads)): task for task in tasks}
+            futures: dict[Future[list[RunOutcome]], RunTask] = {
+                pool.submit(run_tasks, replace(task, threads=threads)): task for task in tasks}
             remaining = set(futures)
             try:
                 while remaining:
                     done, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
                     for future in done:
-                        yield _outcome(future, futures[future])
+                        yield from _outcomes(future, futures[future])
             except BaseException:  # Ctrl-C, or the caller stopped listening
                 for future in remaining:
                     future.cancel()
                 raise
 
 
-def _outcome(future: Future[RunOutcome], task: RunTask) -> RunOutcome:
+def run_tasks(task: Any) -> list[RunOutcome]:
+    """:func:`run_task` of a :class:`RunTask`, or the outcomes of a group of runs (an object
+    with ``run()``: :class:`crl.experiments.grouping.GroupTask`)."""
+    return [run_task(task)] if isinstance(task, RunTask) else list(task.run())
+
+
+def _outcomes(future: Future[list[RunOutcome]], task: Any) -> list[RunOutcome]:
     try:
         return future.result()
     except Exception as exc:  # the worker process died (BrokenProcessPool)
-        return RunOutcome(task.spec.run_id, False, record_failure(task.run_dir, exc))
+        pairs = ([(task.spec, task.run_dir)] if isinstance(task, RunTask)
+                 else list(zip(task.specs, task.run_dirs, strict=True)))
+        return [RunOutcome(spec.run_id, False, record_failure(run_dir, exc))
+                for spec, run_dir in pairs]
 
 
 #: The executor each engine-specific flag belongs to.

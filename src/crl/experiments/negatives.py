@@ -60,6 +60,9 @@ class NegativesStudy(Study):
 
     name = "negatives"
     description = "How many negatives per anchor can this data use? m*(n) with intervals."
+    #: ``execute`` is ``fit`` of the spec's config: runs of one (n, seed) may train together
+    #: (crl.experiments.grouping).
+    fit_runs = True
 
     def __init__(self, preset: str = "quick", *, data: str = "pycode", config: str | None = None,
                  model: str | None = None, metric: str | None = None, tolerance: float = 0.01,

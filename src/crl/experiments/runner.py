@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.progress import (
     BarColumn,
@@ -36,6 +37,7 @@ from crl.experiments.executors import (
     execute_run,
     is_done,
 )
+from crl.experiments.grouping import plan_tasks
 from crl.experiments.study import Study
 from crl.rundir import write_json
 
@@ -75,7 +77,8 @@ def prepare_study_dir(study: Study, out_dir: Path) -> Path:
 
 
 def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
-              progress: bool = True, executor: Executor | None = None) -> StudyOutcome:
+              progress: bool = True, executor: Executor | None = None,
+              group_runs: bool = True) -> StudyOutcome:
     """Run every unfinished run of ``study`` into ``out_dir/<study.name>/<run_id>/``.
 
     Args:
@@ -86,6 +89,9 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
         progress: Show one overall progress bar.
         executor: Where the runs execute (default: ``LocalExecutor(workers)``); see
             :func:`crl.experiments.executors.build_executor`.
+        group_runs: On the local executor, train the runs that differ only in their negatives
+            together (:mod:`crl.experiments.grouping`; the same run directories); False: one
+            run at a time.
 
     Returns:
         A :class:`StudyOutcome`; failed runs are listed there (their traceback is in
@@ -101,7 +107,9 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
     # A missing data cache (mined pycode pairs) is filled once here, not by every worker.
     prepare_data_caches([s.config["data"] for s in pending
                          if isinstance(s.config.get("data"), dict)], progress=progress)
-    tasks = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
+    tasks: list[Any] = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
+    if group_runs and isinstance(executor, LocalExecutor):
+        tasks = plan_tasks(study, pending, study_dir)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset}, {executor.kind})"),
                BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

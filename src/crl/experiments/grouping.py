@@ -1,0 +1,139 @@
+"""Grouped runs in a study: the runs of a grid that differ only in their negatives train together
+(:func:`crl.train.grouped.fit_group`), each into its own run directory as if alone.
+
+:func:`plan_tasks` turns a study's unfinished runs into tasks for the local executor: a
+:class:`GroupTask` per set of two or more fresh runs with one :func:`~crl.train.grouped.group_key`
+(for ``crl study negatives``: the runs of one ``(n, seed)``), a :class:`RunTask` for every other
+run. Only studies whose ``execute`` is ``fit`` of the spec's config (``fit_runs = True``) are
+grouped. A group that cannot train together (towers whose batched gradients are not exact, a
+non-finite loss, a crash) falls back to one run at a time: each of its runs resumes from what
+the group left in its directory, so a study's results never depend on the grouping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import traceback
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from crl.experiments.executors import (
+    LOCK_FILE,
+    SPEC_FILE,
+    RunOutcome,
+    RunTask,
+    _lock,
+    is_done,
+    run_task,
+)
+from crl.experiments.study import RunSpec, Study
+from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, write_json
+
+#: Why a group fell back to one run at a time (in each of its run directories).
+GROUP_ERROR_FILE = "group_error.txt"
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """Runs of a study that train together (pickled to the worker, as a :class:`RunTask`).
+
+    Attributes:
+        study: The study.
+        specs: The runs (equal group keys).
+        run_dirs: Their run directories.
+        threads: Torch threads for the group (None: leave the process's setting).
+    """
+
+    study: Study
+    specs: tuple[RunSpec, ...]
+    run_dirs: tuple[Path, ...]
+    threads: int | None = None
+
+    def run(self) -> list[RunOutcome]:
+        """Train the group (:func:`run_group`)."""
+        return run_group(self)
+
+
+def _fresh(run_dir: Path) -> bool:
+    return not any((run_dir / name).exists() for name in (CHECKPOINT_FILE, METRICS_FILE))
+
+
+def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
+               group_runs: bool = True) -> list[RunTask | GroupTask]:
+    """The tasks of ``specs`` (unfinished runs, one spec per run id): groups of fresh
+    compatible runs and single runs (module docstring); ``group_runs=False``: single runs."""
+    from crl.train.grouped import group_key
+
+    if not group_runs or not getattr(study, "fit_runs", False):
+        return [RunTask(study, s, study_dir / s.run_id) for s in specs]
+    groups: dict[str, list[RunSpec]] = defaultdict(list)
+    tasks: list[RunTask | GroupTask] = []
+    for spec in specs:
+        key = group_key(spec.config) if _fresh(study_dir / spec.run_id) else None
+        if key is None:
+            tasks.append(RunTask(study, spec, study_dir / spec.run_id))
+        else:
+            groups[key].append(spec)
+    for members in groups.values():
+        if len(members) == 1:
+            tasks.append(RunTask(study, members[0], study_dir / members[0].run_id))
+        else:
+            tasks.append(GroupTask(study, tuple(members),
+                                   tuple(study_dir / s.run_id for s in members)))
+    return tasks
+
+
+def _train_together(task: GroupTask) -> None:
+    """Under every run's lock: train the fresh, unfinished runs of the group together."""
+    from crl.train import validate_config
+    from crl.train.grouped import fit_group
+
+    with ExitStack() as stack:
+        for run_dir in sorted(task.run_dirs):  # one order everywhere: no deadlock
+            run_dir.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(open(run_dir / LOCK_FILE, "a+b"))
+            _lock(handle, run_dir)
+            stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+        todo = [(s, d) for s, d in zip(task.specs, task.run_dirs, strict=True)
+                if not is_done(d) and _fresh(d)]
+        if len(todo) < 2:
+            return  # others did them, or started them: they finish one at a time
+        for spec, run_dir in todo:
+            if not (run_dir / SPEC_FILE).exists():
+                write_json(run_dir / SPEC_FILE, {"config": spec.config, "tags": spec.tags,
+                                                 "label": spec.label})
+        fit_group([validate_config(s.config, origin=f"study {task.study.name} run {s.run_id}")
+                   for s, _ in todo], [d for _, d in todo])
+
+
+def run_group(task: GroupTask) -> list[RunOutcome]:
+    """The worker of a :class:`GroupTask`: the group trained together, then every run that is
+    not finished (the group failed, or some of its runs were busy) one at a time, resuming.
+    Returns one outcome per run."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if task.threads is not None:
+        torch.set_num_threads(task.threads)
+    trained: set[Path] = set()
+    try:
+        before = {d for d in task.run_dirs if is_done(d)}
+        _train_together(task)
+        trained = {d for d in task.run_dirs if is_done(d)} - before
+    except Exception as exc:  # the runs are retried one at a time below
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        for run_dir in task.run_dirs:
+            with contextlib.suppress(OSError):
+                (run_dir / GROUP_ERROR_FILE).write_text(text, encoding="utf-8")
+    finally:
+        torch.set_num_threads(threads)
+    return [RunOutcome(spec.run_id, True) if run_dir in trained
+            else run_task(RunTask(task.study, spec, run_dir, task.threads))
+            for spec, run_dir in zip(task.specs, task.run_dirs, strict=True)]
+
+
+__all__ = ["GROUP_ERROR_FILE", "GroupTask", "plan_tasks", "run_group"]
