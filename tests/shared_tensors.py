@@ -22,16 +22,19 @@ def make_pair(batch: int, dim: int, *, seed: int = 0, noise: float | None = None
         seed: The generator's seed.
         noise: None: ``b`` is independent of ``a``; ``s``: ``b = a + s * N(0, I)``, a positive
             correlated with its anchor, as after some training.
-        normalize: L2-normalise the rows (after adding the noise).
+        normalize: L2-normalise the rows: ``a`` first, then ``b`` (after adding the noise to the
+            normalised ``a``).
         dtype: The returned dtype.
         requires_grad: Return leaves that require gradients.
     """
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(batch, dim, generator=gen, dtype=torch.float64)
     other = torch.randn(batch, dim, generator=gen, dtype=torch.float64)
+    if normalize:
+        a = F.normalize(a, dim=1)
     b = other if noise is None else a + noise * other
     if normalize:
-        a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
+        b = F.normalize(b, dim=1)
     a, b = a.to(dtype), b.to(dtype)
     return (a.requires_grad_(True), b.requires_grad_(True)) if requires_grad else (a, b)
 

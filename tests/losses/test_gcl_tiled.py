@@ -10,13 +10,11 @@ import crl.losses.tiled as tiled_module
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses import GlobalContrastiveLoss
 from crl.negatives import NegativeSets
+from shared_tensors import make_pair
 
 
 def _pair(batch: int, dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(batch, dim, generator=g, dtype=torch.float64)
-    b = a + 0.5 * torch.randn(batch, dim, generator=g, dtype=torch.float64)
-    return (torch.nn.functional.normalize(a, dim=1), torch.nn.functional.normalize(b, dim=1))
+    return make_pair(batch, dim, seed=seed, noise=0.5, normalize=True)
 
 
 @pytest.mark.parametrize("mode", ["fixed", "global_learnable", "per_sample"])

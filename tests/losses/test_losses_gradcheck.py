@@ -20,12 +20,7 @@ from crl.losses import (
     siglip_loss,
     supcon_loss,
 )
-
-
-def _leaf(*shape: int, seed: int, scale: float = 1.0) -> Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    x = scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
-    return x.requires_grad_(True)
+from shared_tensors import make_leaf as _leaf
 
 
 def _scalar(value: float) -> Tensor:

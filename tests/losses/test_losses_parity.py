@@ -29,15 +29,10 @@ from crl.losses import (
     siglip_loss,
     supcon_loss,
 )
+from shared_tensors import make_leaf as _leaf
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 SHAPES = [(2, 3), (5, 4), (8, 16)]
-
-
-def _leaf(*shape: int, seed: int, scale: float = 1.0) -> Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    x = scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
-    return x.requires_grad_(True)
 
 
 def _negatives_mask(batch: int, seed: int) -> Tensor:

@@ -26,6 +26,7 @@ from crl.losses import (
     siglip_loss,
     supcon_loss,
 )
+from shared_tensors import make_pair
 
 PROPERTY = settings(max_examples=30, deadline=None)
 SLOW_PROPERTY = settings(max_examples=20, deadline=None)
@@ -46,7 +47,7 @@ def _gaussian(*shape: int, seed: int) -> Tensor:
 
 
 def _pair(batch: int, dim: int, seed: int) -> tuple[Tensor, Tensor]:
-    return _gaussian(batch, dim, seed=seed), _gaussian(batch, dim, seed=seed + 1)
+    return make_pair(batch, dim, seed=seed)
 
 
 def _negatives_mask(batch: int, seed: int) -> Tensor:

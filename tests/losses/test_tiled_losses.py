@@ -24,6 +24,7 @@ from crl.errors import CrlTypeError, CrlValueError
 from crl.losses import TileMask, anchor_logsumexp, clip_loss, info_nce
 from crl.losses._tile_math import tile_logsumexps
 from crl.negatives import NegativeSets
+from shared_tensors import make_pair
 
 F32 = {"rtol": 1e-5}
 F64 = {"rtol": 1e-10}
@@ -42,11 +43,8 @@ class HashMask:
 
 def _pair(batch: int, dim: int, dtype: torch.dtype, seed: int) -> tuple[Tensor, Tensor]:
     """Unit-norm pairs whose positives are correlated with their anchors (a trained-like loss)."""
-    gen = torch.Generator().manual_seed(seed)
-    a = F.normalize(torch.randn(batch, dim, generator=gen, dtype=torch.float64), dim=1)
-    noise = torch.randn(batch, dim, generator=gen, dtype=torch.float64)
-    b = F.normalize(a + 0.7 * noise, dim=1)
-    return a.to(dtype).requires_grad_(True), b.to(dtype).requires_grad_(True)
+    return make_pair(batch, dim, seed=seed, noise=0.7, normalize=True, dtype=dtype,
+                     requires_grad=True)
 
 
 def _assert_same(got: Tensor, want: Tensor, rtol: float) -> None:

@@ -19,13 +19,11 @@ from crl.losses import (
 from crl.losses.objective import LogitScaleInit
 from crl.negatives import NegativesConfig, NegativeSets
 from crl.train import LossConfig
+from shared_tensors import make_pair
 
 
 def _pair(seed: int, b: int = 8, d: int = 4) -> tuple[Tensor, Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    za = nn.functional.normalize(torch.randn(b, d, generator=gen, dtype=torch.float64), dim=1)
-    zb = nn.functional.normalize(torch.randn(b, d, generator=gen, dtype=torch.float64), dim=1)
-    return za, zb
+    return make_pair(b, d, seed=seed, normalize=True)
 
 
 def _objective(negatives: NegativesConfig | None = None, n: int = 100,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from crl import __version__
 from crl.errors import CrlError, CrlValueError
 from crl.rundir import (
     append_jsonl,
@@ -82,7 +83,7 @@ def test_jsonl_reader(tmp_path: Path) -> None:
 
 def test_checkpoint_round_trip_and_checks(tmp_path: Path) -> None:
     state = dict.fromkeys(CHECKPOINT_KEYS, 0)
-    state.update(model={"w": torch.arange(3.0)}, config_hash="abcd1234", crl_version="0.1.0")
+    state.update(model={"w": torch.arange(3.0)}, config_hash="abcd1234", crl_version=__version__)
     path = tmp_path / "checkpoint.pt"
     save_checkpoint(path, state)
     loaded = load_checkpoint(path, config_hash="abcd1234")
