@@ -97,12 +97,19 @@ _VALUE_CHECKS = ("check_tensor", "check_pair", "check_mask", "check_index", "che
                  "check_finite_scalar", "check_hard")
 
 
-@pytest.mark.parametrize("name", list(OBJECTIVES))
+#: The losses with an exact tiled path (``loss.block_size``).
+_TILED = [name for name, cls in OBJECTIVES.items()
+          if "block_size" in cls.__init__.__code__.co_varnames]
+
+
+@pytest.mark.parametrize(("name", "block_size"),
+                         [(name, None) for name in OBJECTIVES] + [(name, 3) for name in _TILED])
 @pytest.mark.parametrize("regime", ["in_batch", "independent"])
-def test_the_trainer_call_runs_no_value_checks(name: str, regime: str,
+def test_the_trainer_call_runs_no_value_checks(name: str, block_size: int | None, regime: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks that read tensor values (and so synchronise with the device) run at the
-    public boundary only: the trainer's call of the objective (plain path) runs none."""
+    public boundary only: the trainer's call of the objective, plain or tiled (``block_size``,
+    the kernel's unchecked entry), runs none."""
     import sys
 
     import crl._validation as validation
@@ -111,10 +118,10 @@ def test_the_trainer_call_runs_no_value_checks(name: str, regime: str,
     if regime != "in_batch" and not OBJECTIVES[name].accepts_negative_sets:
         pytest.skip("the loss takes in-batch negatives only")
     negatives = {} if regime == "in_batch" else {"regime": regime, "m": 5, "seed": 0}
-    objective = build_objective(LossConfig(name=name), NegativesConfig(**negatives),
-                                num_samples=30, labels=torch.arange(30) % 3)
-    if name == "dcl":
-        pytest.skip("dcl calls the checked anchor_logsumexp (the demonstration loss)")
+    objective = build_objective(LossConfig(name=name, block_size=block_size),
+                                NegativesConfig(**negatives), num_samples=30,
+                                labels=torch.arange(30) % 3)
+    assert getattr(objective.loss, "block_size", None) == block_size
     g = torch.Generator().manual_seed(0)
     za, zb = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
     hard = torch.randn(8, 2, 4, generator=g) if objective.loss.accepts_hard_negatives else None
@@ -128,7 +135,9 @@ def test_the_trainer_call_runs_no_value_checks(name: str, regime: str,
             if id(value) in checks:
                 monkeypatch.setattr(module, attr, forbidden)
     with pytest.raises(AssertionError, match="value check"):  # the public function checks
-        crl.losses.info_nce(za, zb)
+        crl.losses.info_nce(za, zb, block_size=block_size)
+    with pytest.raises(AssertionError, match="value check"):  # and the public kernel
+        crl.losses.anchor_logsumexp(za, zb, 2.0, block_size=block_size)
     loss, _ = objective(za, zb, torch.randperm(30, generator=g)[:8], torch.arange(8) % 3,
                         hard=hard)
     assert torch.isfinite(loss)

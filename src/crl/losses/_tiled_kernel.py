@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from crl.losses._common import masked_logsumexp
 from crl.losses._tile_math import (
     Bounds,
     block_bounds,
@@ -331,6 +332,28 @@ def tiled_logsumexp(a: Tensor, b: Tensor, scale: Tensor, block: int, tiles: Tile
     """
     out = _TiledLogSumExp.apply(a, b, scale, block, tiles, want_cols)  # type: ignore[no-untyped-call]
     return KernelOut(*cast(tuple[Tensor, Tensor, Tensor, Tensor, Tensor], out))
+
+
+def plain_logsumexp(anchors: Tensor, candidates: Tensor, scale: Tensor, tiles: TileNegatives
+                    ) -> tuple[Tensor, Tensor, Tensor]:
+    """The small problems of ``crl.losses.tiled.anchor_logsumexp``, from the whole ``(h, W)``
+    logits: ``(lse, positive, counts)``."""
+    h, width = anchors.shape[0], candidates.shape[0]
+    logits = (scaled(anchors, scale) @ candidates.T).to(scale.dtype)  # (h, W)
+    own = torch.arange(h, device=anchors.device)
+    positive = logits[own, own + tiles.offset]
+    excluded = tiles.excluded(0, h, 0, width, torch.empty(h, width, dtype=torch.bool,
+                                                          device=anchors.device))
+    allowed = (torch.ones(h, width, dtype=torch.bool, device=anchors.device) if excluded is None
+               else excluded.logical_not_())
+    counts = allowed.sum(dim=1)
+    has = counts > 0
+    lse = logits.new_full((h,), -math.inf)
+    if bool(has.all()):
+        lse = masked_logsumexp(logits, allowed, dim=1)
+    elif bool(has.any()):
+        lse = lse.index_put((has,), masked_logsumexp(logits[has], allowed[has], dim=1))
+    return lse, positive, counts
 
 
 __all__: list[str] = []

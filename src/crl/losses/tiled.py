@@ -16,7 +16,6 @@ gradients come back in the input dtype.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -25,9 +24,13 @@ from torch import Tensor
 from crl import _validation
 from crl._validation import check_int_range, check_pair, check_positive, check_tensor, describe
 from crl.errors import CrlTypeError, CrlValueError
-from crl.losses._common import masked_logsumexp
 from crl.losses._tile_negatives import TileMask, TileNegatives
-from crl.losses._tiled_kernel import accumulation_dtype, scaled, tiled_logsumexp
+from crl.losses._tiled_kernel import (
+    accumulation_dtype,
+    plain_logsumexp,
+    scaled,
+    tiled_logsumexp,
+)
 
 #: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (192 MiB in float32):
 #: the ``(T, D) @ (D, T)`` products run at full speed and there are few tiles, so few thread-pool
@@ -77,7 +80,7 @@ def check_index(where: str, name: str, index: object, length: int,
 def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, offset: int,
                    include_positive: bool, anchor_index: Tensor | None = None,
                    candidate_index: Tensor | None = None, device: torch.device,
-                   require_negatives: bool = False) -> TileNegatives:
+                   require_negatives: bool = False, check: bool = True) -> TileNegatives:
     """The one way from a user's negatives to the kernel's tiles, checked.
 
     Args:
@@ -92,6 +95,7 @@ def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, of
         include_positive: Whether the positive is a candidate.
         device: The embeddings' device.
         require_negatives: Reject a dense mask with a row that has no negative.
+        check: False: trust the mask and indices (no checks; the trainer's batches).
 
     Raises:
         CrlTypeError / CrlValueError: naming ``where`` and the argument.
@@ -101,6 +105,9 @@ def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, of
                              offset=offset)
     if isinstance(negatives_mask, Tensor):
         dense = negatives_mask
+        if not check:
+            return TileNegatives(dense.to(device), None, None, None,
+                                 include_positive=include_positive, offset=offset)
         if dense.dtype != torch.bool:
             raise CrlTypeError(f"{where}: `negatives_mask` must have dtype torch.bool; got "
                                f"{dense.dtype}")
@@ -110,12 +117,17 @@ def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, of
         dense = dense.to(device)
     elif isinstance(negatives_mask, TileMask):
         rows = (torch.arange(offset, offset + h, device=device) if anchor_index is None
-                else check_index(where, "anchor_index", anchor_index, h, device))
+                else check_index(where, "anchor_index", anchor_index, h, device) if check
+                else anchor_index.to(device))
         cols = (torch.arange(width, device=device) if candidate_index is None
-                else check_index(where, "candidate_index", candidate_index, width, device))
+                else check_index(where, "candidate_index", candidate_index, width, device)
+                if check else candidate_index.to(device))
         block = densify(negatives_mask, rows, cols)
         if not isinstance(block, Tensor):
             return TileNegatives(None, negatives_mask, rows, cols,
+                                 include_positive=include_positive, offset=offset)
+        if not check:
+            return TileNegatives(block.to(device), None, None, None,
                                  include_positive=include_positive, offset=offset)
         shape = (h, width)
         if block.dtype != torch.bool or tuple(block.shape) != shape:
@@ -153,6 +165,12 @@ def resolve_block_size(where: str, block_size: int | None, batch: int) -> int:
     return min(block_size, batch)
 
 
+def runs_tiled(block_size: int | None, h: int, width: int) -> bool:
+    """Whether ``h`` anchors against ``width`` candidates are visited in tiles: always for a
+    ``block_size``, else when ``h * width > PLAIN_MAX_BATCH²`` (the plain path builds ``L``)."""
+    return block_size is not None or h * width > PLAIN_MAX_BATCH ** 2
+
+
 def use_tiles(where: str, a: object, block_size: int | None) -> bool:
     """Whether ``info_nce``/``clip_loss`` take the tiled path: always for an int ``block_size``
     (checked here), and for None when the batch has more than :data:`PLAIN_MAX_BATCH` rows."""
@@ -163,16 +181,20 @@ def use_tiles(where: str, a: object, block_size: int | None) -> bool:
 
 
 def _scale_tensor(where: str, name: str, value: object, rows: int, dtype: torch.dtype,
-                  device: torch.device, *, per_anchor: bool) -> Tensor:
+                  device: torch.device, *, per_anchor: bool, check: bool = True) -> Tensor:
     """``value`` (a positive number, 0-dim tensor or, when ``per_anchor``, ``(rows,)`` tensor of
-    positive entries) as a tensor of ``dtype`` on ``device``, gradients kept."""
+    positive entries) as a tensor of ``dtype`` on ``device``, gradients kept; checked unless
+    ``check`` is False."""
     if per_anchor and isinstance(value, Tensor) and value.dim() == 1:
+        if not check:
+            return value.to(device=device, dtype=dtype)
         check_tensor(where, name, value, ndim=1)
         if value.shape[0] != rows or not bool((value > 0).all()):
             raise CrlValueError(f"{where}: a 1-D `{name}` must have shape ({rows},) and positive "
                                 f"entries; got {describe(value)}")
         return value.to(device=device, dtype=dtype)
-    check_positive(where, name, value)
+    if check:
+        check_positive(where, name, value)
     if isinstance(value, Tensor):
         return value.reshape(()).to(device=device, dtype=dtype)
     return torch.tensor(float(value), dtype=dtype, device=device)  # type: ignore[arg-type]
@@ -260,6 +282,7 @@ def anchor_logsumexp(
     candidate_index: Tensor | None = None,
     block_size: int | None = None,
     extra: Tensor | None = None,
+    check: bool = True,
 ) -> AnchorLogSumExp:
     """Log-sum-exps of some anchors against all candidates, the positive of anchor ``i`` being
     candidate ``offset + i``: the local rows of a distributed batch against the gathered columns.
@@ -293,6 +316,10 @@ def anchor_logsumexp(
         block_size: Tile side ``T``; None: tiles only for large problems.
         extra: ``(h, H, D)`` extra candidates of each anchor (``H >= 0``), scored
             ``scale_i * anchors[i] . extra[i, k]``; differentiable.
+        check: Check the arguments (the default). False skips every check, including those
+            that read tensor values and so wait for the device (finiteness, positive scales,
+            dataset indices): for callers whose inputs are valid by construction, such as the
+            training objectives' :meth:`~crl.losses.objective.PairObjective.terms`.
 
     Returns:
         :class:`AnchorLogSumExp` ``(lse, positive, counts)``.
@@ -315,6 +342,33 @@ def anchor_logsumexp(
         ([5, 5], 1.1326)
     """
     where = "anchor_logsumexp"
+    if check:
+        _check_anchor_inputs(where, anchors, candidates, offset, extra)
+    h, width = anchors.shape[0], candidates.shape[0]
+    prod, acc = _dtypes(anchors, candidates, *([] if extra is None else [extra]))
+    anchors, candidates = anchors.to(prod), candidates.to(prod)
+    device = anchors.device
+    scale_t = _scale_tensor(where, "scale", scale, h, acc, device, per_anchor=True, check=check)
+    tiles = tile_negatives(where, negatives_mask, h=h, width=width, offset=offset,
+                           include_positive=include_positive, anchor_index=anchor_index,
+                           candidate_index=candidate_index, device=device, check=check)
+    if runs_tiled(block_size, h, width):
+        block = resolve_block_size(where, block_size, max(h, width))
+        out = tiled_logsumexp(anchors, candidates, scale_t, block, tiles, False)
+        lse, positive, counts = out.lse_rows, out.positive, out.count_rows
+    else:
+        lse, positive, counts = plain_logsumexp(anchors, candidates, scale_t, tiles)
+    if extra is not None and extra.shape[1] > 0:
+        # (h, H, D) @ (h, D, 1) -> (h, H): anchor i against its own extra candidates only
+        scores = torch.bmm(extra.to(prod), scaled(anchors, scale_t).unsqueeze(2)).squeeze(2)
+        lse = torch.logaddexp(lse, torch.logsumexp(scores.to(acc), dim=1))
+        counts = counts + extra.shape[1]
+    return AnchorLogSumExp(lse, positive, counts)
+
+
+def _check_anchor_inputs(where: str, anchors: object, candidates: object, offset: object,
+                         extra: object) -> None:
+    """The checks of :func:`anchor_logsumexp`'s embeddings, ``offset`` and ``extra``."""
     anchors = check_tensor(where, "anchors", anchors, ndim=2)
     candidates = check_tensor(where, "candidates", candidates, ndim=2)
     h, width = anchors.shape[0], candidates.shape[0]
@@ -334,46 +388,6 @@ def anchor_logsumexp(
                 or extra.device != anchors.device:
             raise CrlValueError(f"{where}: `extra` must have shape (h, H, D) = ({h}, H, "
                                 f"{anchors.shape[1]}) on {anchors.device}; got {describe(extra)}")
-    prod, acc = _dtypes(anchors, candidates, *([] if extra is None else [extra]))
-    anchors, candidates = anchors.to(prod), candidates.to(prod)
-    device = anchors.device
-    scale_t = _scale_tensor(where, "scale", scale, h, acc, device, per_anchor=True)
-    tiles = tile_negatives(where, negatives_mask, h=h, width=width, offset=offset,
-                           include_positive=include_positive, anchor_index=anchor_index,
-                           candidate_index=candidate_index, device=device)
-    if block_size is not None or h * width > PLAIN_MAX_BATCH ** 2:
-        block = resolve_block_size(where, block_size, max(h, width))
-        out = tiled_logsumexp(anchors, candidates, scale_t, block, tiles, False)
-        lse, positive, counts = out.lse_rows, out.positive, out.count_rows
-    else:
-        lse, positive, counts = _plain(anchors, candidates, scale_t, tiles)
-    if extra is not None and extra.shape[1] > 0:
-        # (h, H, D) @ (h, D, 1) -> (h, H): anchor i against its own extra candidates only
-        scores = torch.bmm(extra.to(prod), scaled(anchors, scale_t).unsqueeze(2)).squeeze(2)
-        lse = torch.logaddexp(lse, torch.logsumexp(scores.to(acc), dim=1))
-        counts = counts + extra.shape[1]
-    return AnchorLogSumExp(lse, positive, counts)
-
-
-def _plain(anchors: Tensor, candidates: Tensor, scale: Tensor, tiles: TileNegatives
-           ) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`anchor_logsumexp` from the whole ``(h, W)`` logits: ``(lse, positive, counts)``."""
-    h, width = anchors.shape[0], candidates.shape[0]
-    logits = (scaled(anchors, scale) @ candidates.T).to(scale.dtype)  # (h, W)
-    own = torch.arange(h, device=anchors.device)
-    positive = logits[own, own + tiles.offset]
-    excluded = tiles.excluded(0, h, 0, width, torch.empty(h, width, dtype=torch.bool,
-                                                          device=anchors.device))
-    allowed = (torch.ones(h, width, dtype=torch.bool, device=anchors.device) if excluded is None
-               else excluded.logical_not_())
-    counts = allowed.sum(dim=1)
-    has = counts > 0
-    lse = logits.new_full((h,), -math.inf)
-    if bool(has.all()):
-        lse = masked_logsumexp(logits, allowed, dim=1)
-    elif bool(has.any()):
-        lse = lse.index_put((has,), masked_logsumexp(logits[has], allowed[has], dim=1))
-    return lse, positive, counts
 
 
 __all__ = [
