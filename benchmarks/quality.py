@@ -13,9 +13,11 @@
    ``MultipleNegativesRankingLoss`` at batch 64, crl's CLIP loss at batch 64 and crl's GCL at
    batch 16, one pass over the same first ``--train-pairs`` training pairs. Goals: crl at batch
    64 within 0.01 of sentence-transformers (or better), GCL at 16 within 0.01 of crl at 64.
-   Writes ``benchmarks/results/quality_minilm.json``.
+   Writes ``OUT/quality_minilm.json``.
 
-Writes ``benchmarks/results/quality.json``. Run from the repository root:
+Writes ``OUT/quality.json``; ``--out`` defaults to ``runs/bench`` (the tracked results under
+``benchmarks/results`` change only when ``--out benchmarks/results`` names them). Run from the
+repository root:
 
     .venv/bin/python benchmarks/quality.py [--skip-pycode] [--threads 1] [--set key=value ...]
     .venv/bin/python benchmarks/quality.py --skip-digits --skip-pycode --minilm \
@@ -45,8 +47,7 @@ from crl.rundir import write_json
 from crl.train import build_run, config_hash, fit, load_config
 from crl.train.evaluation import evaluate
 
-RESULTS = Path(__file__).resolve().parent / "results" / "quality.json"
-MINILM_RESULTS = RESULTS.with_name("quality_minilm.json")
+DEFAULT_OUT = Path("runs") / "bench"
 MINILM_WORKER = Path(__file__).resolve().parent / "quality_minilm.py"
 MINILM_ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16")
 
@@ -138,19 +139,20 @@ def pycode(out: Path, threads: int, overrides: list[str]) -> dict[str, Any]:
     }
 
 
-def _merge_minilm(entry: str, value: dict[str, Any]) -> dict[str, Any]:
-    """Add one entry to ``quality_minilm.json`` as it is now (drivers may run side by side)."""
-    results: dict[str, Any] = (json.loads(MINILM_RESULTS.read_text())
-                               if MINILM_RESULTS.exists() else {"entries": {}})
+def _merge_minilm(path: Path, entry: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Add one entry to ``quality_minilm.json`` at ``path`` as it is now (drivers may run side by
+    side)."""
+    results: dict[str, Any] = (json.loads(path.read_text())
+                               if path.exists() else {"entries": {}})
     results["entries"][entry] = value
     results["comparison"] = minilm_comparison(results["entries"])
-    write_json(MINILM_RESULTS, results)
+    write_json(path, results)
     return results
 
 
-def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
-           ) -> dict[str, Any]:
-    """Run each MiniLM entry in a fresh process; merge it into ``quality_minilm.json``."""
+def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int,
+           out_dir: Path) -> dict[str, Any]:
+    """Run each MiniLM entry in a fresh process; merge it into ``out_dir/quality_minilm.json``."""
     results: dict[str, Any] = {}
     for entry in entries:
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -166,7 +168,7 @@ def minilm(entries: list[str], train_pairs: int, test_pairs: int, threads: int
             value = {**json.loads(lines[-1]), "started_utc": started,
                      "environment": {**environment_info(), "cpu_count": os.cpu_count()}}
         print(entry, json.dumps(value))
-        results = _merge_minilm(entry, value)
+        results = _merge_minilm(out_dir / "quality_minilm.json", entry, value)
     return results
 
 
@@ -209,32 +211,37 @@ def main() -> None:
                         help="the fixed training subset of every MiniLM entry")
     parser.add_argument("--test-pairs", type=int, default=1000,
                         help="the fixed test subset (the first pairs of the test split)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="directory of the results files (default: runs/bench)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="where the run directories go (default: a temporary directory)")
     args = parser.parse_args()
     out = args.runs or Path(tempfile.mkdtemp(prefix="crl-quality-"))
-    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_file = args.out / "quality.json"
+    results: dict[str, Any] = (json.loads(results_file.read_text()) if results_file.exists()
+                               else {})
     results["environment"] = environment_info()
     results["environment"]["cpu_count"] = os.cpu_count()
     results["environment"]["load_average_before"] = os.getloadavg()
     if not args.skip_digits:
         results["digits"] = digits(out, args.threads, args.digits_set)
         print(json.dumps(results["digits"], indent=2))
-        write_json(RESULTS, results)
+        write_json(results_file, results)
     if not args.skip_pycode:
         results["pycode"] = pycode(out, args.threads, args.pycode_set)
         print(json.dumps({k: v for k, v in results["pycode"].items() if k != "provenance"},
                          indent=2))
-        write_json(RESULTS, results)
+        write_json(results_file, results)
     if args.minilm:
         minilm(args.minilm_entries.split(","), args.train_pairs, args.test_pairs,
-               args.threads)
-        print(f"wrote {MINILM_RESULTS}")
+               args.threads, args.out)
+        print(f"wrote {args.out / 'quality_minilm.json'}")
     if args.skip_digits and args.skip_pycode:
         return
     results["environment"]["load_average_after"] = os.getloadavg()
-    write_json(RESULTS, results)
-    print(f"wrote {RESULTS}")
+    write_json(results_file, results)
+    print(f"wrote {results_file}")
 
 
 if __name__ == "__main__":
