@@ -53,6 +53,7 @@ class ClipLoss(PairObjective):
     """
 
     accepts_hard_negatives = True
+    tiled_path = True
 
     def __init__(self, init_logit_scale: float = CLIP_INIT_LOGIT_SCALE,
                  max_logit_scale: float = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, *,

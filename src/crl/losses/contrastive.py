@@ -63,7 +63,7 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
     tau = 1.0 if temperature is None else temperature
     rows, start, hard = batch.rows, int(batch.rows.start), batch.hard_rows()
     if not uses_plain(batch, block_size):
-        multiplier = scale if scale is not None else batch.za.new_tensor(1.0 / float(tau))
+        multiplier = scale if scale is not None else 1.0 / float(tau)  # float32 for bf16
         values = []
         directions = [(batch.za, batch.zb, hard), (batch.zb, batch.za, None)]
         for x, y, extra in directions[:2 if symmetric else 1]:
@@ -106,6 +106,7 @@ class InfoNCELoss(PairObjective):
     """
 
     accepts_hard_negatives = True
+    tiled_path = True
 
     def __init__(self, temperature: float = 0.07, symmetric: bool = False, *,
                  block_size: int | None = None) -> None:

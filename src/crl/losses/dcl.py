@@ -43,6 +43,7 @@ class DecoupledContrastiveLoss(PairObjective):
     """
 
     accepts_hard_negatives = True
+    tiled_path = True
 
     def __init__(self, temperature: float = 0.1, symmetric: bool = True, *,
                  block_size: int | None = None) -> None:
@@ -65,7 +66,7 @@ class DecoupledContrastiveLoss(PairObjective):
                             world=1)
 
     def terms(self, batch: PairBatch) -> AnchorTerms:
-        rows, scale = batch.rows, batch.za.new_tensor(1.0 / self.temperature)
+        rows, scale = batch.rows, 1.0 / self.temperature  # the kernel's accumulation dtype
         values, counted = [], None
         directions = [(batch.za, batch.zb, batch.hard_rows()), (batch.zb, batch.za, None)]
         for x, y, extra in directions[:2 if self.symmetric else 1]:

@@ -124,6 +124,7 @@ class GlobalContrastiveLoss(PairObjective):
     """
 
     accepts_hard_negatives = True
+    tiled_path = True
     log_u_a2b: Tensor
     log_u_b2a: Tensor
     epoch: Tensor
@@ -357,9 +358,12 @@ class GlobalContrastiveLoss(PairObjective):
         """Per-anchor surrogates of ``batch.rows``; updates their ``u`` and, under ``torchrun``
         with ``share_state``, gives every rank the ``u`` each rank updated. No checks."""
         dtype = compute_dtype(batch.za, batch.zb)
-        a, b = upcast(batch.za, dtype), upcast(batch.zb, dtype)
-        index, rows = batch.index, batch.rows
+        a, b = batch.za, batch.zb  # bfloat16 stays so for the tiled kernel
         hard = batch.hard_rows()
+        if not self.tiles(batch.size, batch.za.shape[0]):
+            a, b = upcast(a, dtype), upcast(b, dtype)
+            hard = None if hard is None else upcast(hard, dtype)
+        index, rows = batch.index, batch.rows
         # The same sample-indexed mask serves both directions, hence (b, a) in the second.
         first, counted = self._direction(a, b, batch.negatives, index, rows,
                                          self._tau(0, index, dtype), self.log_u_a2b, hard)

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from crl import distributed
-from crl.losses.tiled import TileMask
+from crl.losses.tiled import TileMask, runs_tiled
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -169,6 +169,10 @@ class PairObjective(nn.Module):
     accepts_negative_sets: ClassVar[bool] = True
     #: Whether the loss takes hard negatives (``hard=``).
     accepts_hard_negatives: ClassVar[bool] = False
+    #: Whether :meth:`terms` has the exact tiled path (``block_size``; large batches).
+    tiled_path: ClassVar[bool] = False
+    #: The tile side of that path (None: tiles only for large batches).
+    block_size: int | None = None
 
     @classmethod
     def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> PairObjective:
@@ -178,6 +182,13 @@ class PairObjective(nn.Module):
     def terms(self, batch: PairBatch) -> AnchorTerms:
         """Per-anchor terms of ``batch.rows``."""
         raise NotImplementedError
+
+    def tiles(self, rows: int, width: int) -> bool:
+        """Whether :meth:`terms` visits ``rows`` anchors against ``width`` columns in tiles
+        (:func:`crl.losses.tiled.runs_tiled`): then bfloat16 embeddings reach the exact kernel as
+        they are (bf16 tile products, float32 accumulation); every other path gets float32
+        embeddings from :class:`~crl.losses.TrainingObjective`."""
+        return self.tiled_path and runs_tiled(self.block_size, rows, width)
 
     def logs(self) -> dict[str, float]:
         """Scalars to log after a step (its learnable scale, GCL's gamma)."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 
 from crl import distributed
-from crl._validation import check_rows
+from crl._validation import check_rows, compute_dtype, upcast
 from crl.errors import CrlValueError
 from crl.losses.kmeans import RelaxedKMeans
 from crl.losses.objective import (
@@ -82,7 +82,9 @@ class TrainingObjective(nn.Module):
         """The loss of a batch (or this rank's share of it) and scalars to log.
 
         Args:
-            za: ``(B, D)`` view-a embeddings (the global batch under ``torchrun``).
+            za: ``(B, D)`` view-a embeddings (the global batch under ``torchrun``); bfloat16
+                ones are widened to float32 unless the loss runs tiled
+                (:meth:`~crl.losses.objective.PairObjective.tiles`: bf16 tile products).
             zb: ``(B, D)`` view-b embeddings; ``zb[i]`` is the positive of ``za[i]``.
             index: ``(B,)`` int64 dataset indices.
             labels: ``(B,)`` labels or None.
@@ -109,12 +111,16 @@ class TrainingObjective(nn.Module):
                 raise CrlValueError(f"objective: `hard` must be (B, H, D) = ({batch}, H, "
                                     f"{za.shape[1]}); got {tuple(hard.shape)}")
         rows = check_rows("objective", rows, batch)
+        wide = compute_dtype(za, zb)  # float32 for bfloat16 embeddings
+        if not self.loss.tiles(rows.stop - rows.start, batch):  # only the kernel takes bf16
+            za, zb = upcast(za, wide), upcast(zb, wide)
+            hard = None if hard is None else upcast(hard, wide)
         terms = self.loss.terms(PairBatch(za, zb, index, labels, rows,
                                           self.negatives(index, labels, rows), hard))
         loss = reduce_terms(terms, distributed.world_size())
         logs = self.loss.logs()
         if self.regulariser is not None:
-            penalty, more = self.regulariser(za, zb)
+            penalty, more = self.regulariser(upcast(za, wide), upcast(zb, wide))
             loss = loss + penalty
             logs.update(more)
         return loss, logs

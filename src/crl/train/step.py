@@ -17,8 +17,9 @@ Two ways to get the gradients, chosen by ``train.micro_batch_size``:
 
 Under torchrun the embeddings are gathered over ranks before the loss in both ways, and the
 objective scores this rank's rows (docs/distributed.md). ``train.precision: bf16`` runs the
-towers under bfloat16 autocast; the embeddings are cast to float32 before the loss, whose
-accumulations and logit scale stay float32.
+towers under bfloat16 autocast and hands their bfloat16 embeddings to the objective: a loss that
+runs tiled multiplies them in bfloat16 in the exact kernel, every other path widens them to
+float32 first; accumulations, the loss and the logit scale stay float32 (docs/training.md).
 """
 
 from __future__ import annotations
@@ -78,14 +79,21 @@ def _first_tensor(x: Any) -> Tensor:
 
 def embed(model: DualEncoder, xa: Any, xb: Any, xh: Any | None,
           precision: AbstractContextManager[Any]) -> Embeddings:
-    """The float32 embeddings of a (micro-)batch: ``za, zb (b, D)`` and ``zh (b, H, D)``."""
+    """The embeddings of a (micro-)batch, ``za, zb (b, D)`` and ``zh (b, H, D)``: bfloat16 as
+    the towers give them under bf16 autocast (the objective widens them where it does not tile),
+    float32 otherwise."""
     with precision:
         za, zb = model.encode_a(xa), model.encode_b(xb)
         zh = None
         if xh is not None:
             b, h = _first_tensor(xh).shape[:2]
             zh = model.encode_b(tree_map(lambda t: t.flatten(0, 1), xh)).reshape(b, h, -1)
-    return za.float(), zb.float(), None if zh is None else zh.float()
+    return _loss_dtype(za), _loss_dtype(zb), None if zh is None else _loss_dtype(zh)
+
+
+def _loss_dtype(z: Tensor) -> Tensor:
+    """``z`` as the objective takes it: bfloat16 kept, anything else float32."""
+    return z if z.dtype == torch.bfloat16 else z.float()
 
 
 def batch_loss(objective: nn.Module, model: DualEncoder, z: Embeddings, index: Tensor,
