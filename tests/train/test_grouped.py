@@ -42,9 +42,10 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-def _check_same(configs: list[Any], tmp_path: Path) -> None:
+def _check_same(configs: list[Any], tmp_path: Path, *, batched: bool = True) -> None:
     alone = [fit(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(configs)]
-    grouped = fit_group(configs, [tmp_path / f"group{i}" for i in range(len(configs))])
+    grouped = fit_group(configs, [tmp_path / f"group{i}" for i in range(len(configs))],
+                        batched=batched)
     for i, (one, many) in enumerate(zip(alone, grouped, strict=True)):
         assert many.finished and many.step == one.step
         keys = {k for k in one.summary if not k.startswith("time/")}
@@ -58,6 +59,7 @@ def _check_same(configs: list[Any], tmp_path: Path) -> None:
         assert _records(tmp_path / f"alone{i}") == _records(tmp_path / f"group{i}")
         left = torch.load(tmp_path / f"alone{i}" / CHECKPOINT_FILE, weights_only=True)
         right = torch.load(tmp_path / f"group{i}" / CHECKPOINT_FILE, weights_only=True)
+        assert torch.equal(left["rng"]["torch"], right["rng"]["torch"])
         for part in ("model", "objective"):  # weights and GCL's u estimates
             for name, value in left[part].items():
                 assert torch.allclose(value, right[part][name], rtol=1e-6, atol=1e-7,
@@ -74,14 +76,19 @@ def test_grouped_equals_fit_on_vectors(loss: str, tmp_path: Path) -> None:
     _check_same(_configs(SYNTHETIC, LINEAR, loss), tmp_path)
 
 
-def test_towers_with_layer_norm_are_not_grouped(tmp_path: Path) -> None:
+def test_separate_towers_with_layer_norm_equal_fit(tmp_path: Path) -> None:
+    _check_same(_configs(SYNTHETIC, model_section("synthetic", None)), tmp_path, batched=False)
+
+
+def test_towers_with_layer_norm_are_not_batched(tmp_path: Path) -> None:
     configs = _configs(SYNTHETIC, model_section("synthetic", None))[:2]  # an MLP: layer norm
     with pytest.raises(GroupingError, match="LayerNorm"):
         fit_group(configs, [tmp_path / "a", tmp_path / "b"])
     assert not (tmp_path / "a").exists()  # refused before anything was written
 
 
-def test_grouped_equals_fit_on_text_embedding_bag(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batched", [True, False])
+def test_grouped_equals_fit_on_text_embedding_bag(batched: bool, tmp_path: Path) -> None:
     data = tmp_path / "pairs.jsonl"
     words = ["sum", "list", "parse", "file", "open", "read", "sort", "key", "value", "map"]
     rows = [{"a": f"{words[i % 10]} the {words[(i * 3) % 10]} item {i}",
@@ -90,7 +97,7 @@ def test_grouped_equals_fit_on_text_embedding_bag(tmp_path: Path) -> None:
     model = {"kind": "embedding_bag", "embed_dim": 16, "token_dim": 8, "head": "linear",
              "max_tokens": 16}
     section = {"name": "files", "files": {"path": str(data)}}
-    _check_same(_configs(section, model, n=64), tmp_path)
+    _check_same(_configs(section, model, n=64), tmp_path, batched=batched)
 
 
 def test_group_key_and_bad_groups(tmp_path: Path) -> None:

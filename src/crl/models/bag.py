@@ -95,12 +95,17 @@ class EmbeddingBagEncoder(nn.Module):
         with torch.no_grad():
             self.bag.weight[pad_id].zero_()
 
-    def forward(self, ids: Tensor) -> Tensor:
+    def bag_ids(self, ids: Tensor) -> Tensor:
+        """The rows of the table each text averages: token ids ``(B, L)``, then its bigram
+        buckets: ``(B, 2L - 1)`` (pads where a bigram touches a pad)."""
         ids = ids.long()  # (B, L)
         if self.bigram_buckets > 0:
             first, second = ids[:, :-1], ids[:, 1:]  # (B, L - 1)
             bigrams = self.vocab_size + (first * _BIGRAM_MULTIPLIER + second) % self.bigram_buckets
             pad = (first == self.pad_id) | (second == self.pad_id)
             ids = torch.cat([ids, bigrams.masked_fill(pad, self.pad_id)], dim=1)  # (B, 2L - 1)
-        out: Tensor = self.bag(ids)  # (B, dim)
+        return ids
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out: Tensor = self.bag(self.bag_ids(ids))  # (B, dim)
         return out

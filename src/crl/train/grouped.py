@@ -2,49 +2,66 @@
 
 Runs whose configs agree on everything but the ``negatives`` section (a study's runs at one
 ``(n, seed)``: the same data, the same batches in the same order, the same initial weights) are
-trained by :func:`fit_group` in one batched forward and backward pass per step: the runs'
-parameters are stacked (``torch.stack``, so the gradients flow back to each run's own
-parameters) and the towers run once under :func:`torch.func.vmap` of
-:func:`torch.func.functional_call`. Each run keeps its own objective (its loss, negative sets,
-GCL ``u`` state, learnable scales), its own optimiser and scheduler, its own RNG state and its own
-run directory, written by the same code as :func:`crl.train.fit` (``config.json``,
-``metrics.jsonl``, ``checkpoint.pt``, ``summary.json`` last). The losses are summed before one
-backward pass; a run's parameters receive only its own loss's gradient, so every run takes the
-steps it would take alone, and its files match a lone run's except the timing
-(``time/train_eval_s``); the test ``tests/train/test_grouped.py`` checks the summaries and
-metrics against :func:`crl.train.fit`.
+trained by :func:`fit_group` on one shared data set and loader, one batch per step for all of
+them, and one backward pass of their summed losses. The towers run in one of two ways:
 
-What can be grouped (:func:`group_key` is None otherwise, and the runs train one at a time):
-one process on the CPU, one pass per step (no ``train.micro_batch_size``), ``fp32``, no hard
-negatives in the data, towers without buffers and without random draws in training (a vmapped
-random op raises; the group then stops and its runs are finished one at a time). See
-docs/training.md, "Grouped runs".
+- ``batched=True``: one forward pass of the stacked towers: each linear layer's weights stacked
+  ``(G, out, in)`` (``torch.stack``, so the gradients flow back to each run's own parameters)
+  and multiplied run by run in one :func:`torch.func.vmap` call, embedding bags one call per
+  run; only for towers of :data:`EXACT_MODULES`, whose batched gradients are bit for bit one
+  run's;
+- ``batched=False``: each run's towers on their own, under the run's RNG state (any towers,
+  dropout included).
+
+Each run keeps its own objective (its loss, negative sets, GCL ``u`` state, learnable scales),
+its own optimiser and scheduler, its own RNG state and its own run directory, written by the
+same code as :func:`crl.train.fit` (``config.json``, ``metrics.jsonl``, ``checkpoint.pt``,
+``summary.json`` last). A run's parameters receive only its own loss's gradient, so every run
+takes the steps it would take alone, and its files match a lone run's except the timing
+(``time/train_eval_s``): ``tests/train/test_grouped.py`` checks metrics records, summaries,
+weights, GCL state and RNG state against :func:`crl.train.fit`.
+
+What can be grouped (:func:`group_key` is None otherwise): one process on the CPU, one pass
+per step (no ``train.micro_batch_size``), ``fp32``, no hard negatives in the data, towers
+without buffers. The CPU saved is the per-run process start, data loading, tokenising and
+loader work (benchmarks/README.md, "Grouped runs"); the dense embedding gradient and the AdamW
+update of each run's table cost the same either way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
-import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
 
 from crl import distributed
 from crl.errors import CrlError, CrlValueError
 from crl.models import DualEncoder
 from crl.models.bag import EmbeddingBagEncoder
 from crl.models.towers import Tower
-from crl.train.build import build_run
+from crl.train.build import BuiltRun, build_objective, build_run
 from crl.train.checkpoint import rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash, stable_hash
 from crl.train.loop import RunResult, _open_run, _Training
-from crl.train.step import _global_value, apply_gradients, batch_loss, split_batch, tree_map
+from crl.train.objective import Objective
+from crl.train.step import (
+    _global_value,
+    apply_gradients,
+    batch_loss,
+    embed,
+    split_batch,
+    tree_map,
+)
 from crl.train.writer import RunWriter
 
 
@@ -83,18 +100,68 @@ def _rng(states: list[dict[str, Any]], g: int) -> Iterator[None]:
         states[g] = rng_state()
 
 
-#: Module types whose vmapped forward and backward were checked equal, bit for bit, to one run's
-#: (``tests/train/test_grouped.py``): linear layers and embedding bags with their containers and
-#: element-wise activations. Layer norm is not among them: its vmapped backward sums the affine
-#: gradients in another order (differences of 1e-7 that grow over a run), so such towers train
-#: one run at a time.
+#: Activations applied element-wise to the runs' stacked activations ``(G, B, ...)``.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (nn.Identity, nn.ReLU, nn.GELU, nn.Tanh, nn.SiLU)
+#: Module types :class:`_Stacked` runs for ``G`` runs at once, each checked equal, bit for bit,
+#: to one run's forward and backward (``tests/train/test_grouped.py``). Layer norm is not among
+#: them: its vmapped backward sums the affine gradients in another order (differences of 1e-7
+#: that grow over a run), so towers with one train one run at a time.
 EXACT_MODULES: tuple[type[nn.Module], ...] = (
     DualEncoder, Tower, EmbeddingBagEncoder, nn.Sequential, nn.Linear, nn.EmbeddingBag,
-    nn.Flatten, nn.Identity, nn.ReLU, nn.GELU, nn.Tanh, nn.SiLU)
+    nn.Flatten, *ELEMENTWISE)
+
+_linear = vmap(F.linear)  # (G, B, in) x (G, out, in) x (G, out): one product per run
+
+
+def _stack(tensors: list[Tensor], dim: int, cache: dict[tuple[int, int], Tensor]) -> Tensor:
+    """The runs' parameters stacked, once per step (a shared tower uses them for both views; the
+    two gradients add up as in one run)."""
+    key = (id(tensors[0]), dim)
+    if key not in cache:
+        cache[key] = torch.stack(tensors) if dim == 0 else torch.cat(tensors, dim=dim)
+    return cache[key]
+
+
+def _bag(bags: list[nn.EmbeddingBag], ids: Tensor) -> Tensor:
+    """``G`` embedding bags over the same ids, ``(G, B, d)``: one call per run, as the tables are
+    large and the outputs small (side by side in one call, ``(V, G d)``, the tables' copy and the
+    copy of its gradient cost more than the calls save; measured in benchmarks/grouped.py)."""
+    return torch.stack([bag(ids) for bag in bags])
+
+
+def _forward(modules: list[nn.Module], x: Tensor, cache: dict[tuple[int, int], Tensor]
+             ) -> Tensor:
+    """The modules (one per run, of one type) on the runs' inputs ``x (G, B, ...)``; an
+    embedding bag takes the runs' shared ids ``(B, L)``."""
+    first = modules[0]
+    if isinstance(first, Tower):
+        towers = cast("list[Tower]", modules)
+        inner = _forward([t.backbone for t in towers], x, cache)
+        return _forward([t.head for t in towers], inner, cache)
+    if isinstance(first, nn.Sequential):
+        for layers in zip(*modules, strict=True):
+            x = _forward(list(layers), x, cache)
+        return x
+    if isinstance(first, EmbeddingBagEncoder):
+        encoders = cast("list[EmbeddingBagEncoder]", modules)
+        return _bag([e.bag for e in encoders], first.bag_ids(x))
+    if isinstance(first, nn.Linear):
+        linears = cast("list[nn.Linear]", modules)
+        weight = _stack([m.weight for m in linears], 0, cache)
+        if first.bias is None:
+            return vmap(F.linear)(x, weight)  # type: ignore[no-any-return]
+        bias = _stack([cast(Tensor, m.bias) for m in linears], 0, cache)
+        return _linear(x, weight, bias)  # type: ignore[no-any-return]
+    if isinstance(first, nn.Flatten):  # one more leading dimension than a run's
+        return x.flatten(first.start_dim + 1, first.end_dim if first.end_dim < 0
+                         else first.end_dim + 1)
+    if isinstance(first, ELEMENTWISE):
+        return first(x)  # type: ignore[no-any-return]
+    raise GroupingError(f"grouped training: no grouped forward for {type(first).__name__}")
 
 
 class _Stacked:
-    """The towers of ``G`` runs as one vmapped function of their stacked parameters."""
+    """The towers of ``G`` runs, run once for all of them on a batch."""
 
     def __init__(self, models: list[DualEncoder]) -> None:
         first = models[0]
@@ -105,30 +172,52 @@ class _Stacked:
         if other:
             raise GroupingError(f"grouped training: the towers hold {', '.join(other)}, whose "
                                 "batched gradients are not exactly one run's")
-        self.size = len(models)
-        self.names = [name for name, _ in first.named_parameters()]
-        self.params = [dict(m.named_parameters()) for m in models]
-        if any(list(p) != self.names for p in self.params):
+        if any([type(m) for m in model.modules()] != [type(m) for m in first.modules()]
+               for model in models):
             raise GroupingError("grouped training: the runs' models differ")
-        # A weightless copy to call (functional_call must not touch a run's own model).
-        self.model = copy.deepcopy(first).to("meta")
+        self.models = models
 
-        def one(params: dict[str, Tensor], xa: Any, xb: Any) -> tuple[Tensor, Tensor]:
-            za, zb = functional_call(self.model, params, (xa, xb))
-            return za.float(), zb.float()
+    def _tower(self, towers: list[nn.Module], x: Tensor,
+               cache: dict[tuple[int, int], Tensor]) -> Tensor:
+        first = towers[0]
+        inputs = x if isinstance(_first_leaf(first), EmbeddingBagEncoder) else \
+            x.expand(len(towers), *x.shape)  # the same batch for every run
+        z = _forward(towers, inputs, cache)
+        return F.normalize(z, dim=-1) if self.models[0].normalize else z
 
-        self.forward = vmap(one, in_dims=(0, 0, 0))
-
-    def __call__(self, xa: Any, xb: Any) -> tuple[Tensor, Tensor]:
+    def __call__(self, xa: Tensor, xb: Tensor) -> tuple[Tensor, Tensor]:
         """``za, zb`` of shape ``(G, B, D)``: each run's embeddings of the batch."""
-        stacked = {name: torch.stack([p[name] for p in self.params]) for name in self.names}
-        # The inputs batched too: vmap then multiplies run by run (a shared input would make
-        # one wider product, rounded differently).
-        xa, xb = tree_map(lambda t: t.expand(self.size, *t.shape), (xa, xb))
-        with warnings.catch_warnings():  # ops without a batching rule run per run: still exact
-            warnings.filterwarnings("ignore", message=".*batching rule.*")
-            za, zb = self.forward(stacked, xa, xb)
+        cache: dict[tuple[int, int], Tensor] = {}
+        za = self._tower([m.tower_a for m in self.models], xa, cache)
+        zb = self._tower([m.tower_b for m in self.models], xb, cache)
+        return za.float(), zb.float()
+
+
+class _Separate:
+    """The towers of ``G`` runs, each on its own (as :func:`crl.train.step.embed`, under the
+    run's RNG state): exact for any tower; the batch, the data and the process are shared."""
+
+    def __init__(self, models: list[DualEncoder], states: list[dict[str, Any]]) -> None:
+        self.models, self.states = models, states
+
+    def __call__(self, xa: Any, xb: Any) -> tuple[list[Tensor], list[Tensor]]:
+        za, zb = [], []
+        for g, model in enumerate(self.models):
+            with _rng(self.states, g):
+                a, b, _ = embed(model, xa, xb, None, contextlib.nullcontext())
+            za.append(a)
+            zb.append(b)
         return za, zb
+
+
+def _first_leaf(module: nn.Module) -> nn.Module:
+    """The module a tower's input goes to first."""
+    while isinstance(module, (Tower, nn.Sequential)) and len(list(module.children())):
+        module = module.backbone if isinstance(module, Tower) else module[0]
+    return module
+
+
+_Towers = _Stacked | _Separate
 
 
 def _check_group(configs: Sequence[TrainConfig], run_dirs: Sequence[Path]) -> None:
@@ -146,14 +235,17 @@ def _check_group(configs: Sequence[TrainConfig], run_dirs: Sequence[Path]) -> No
         raise GroupingError("fit_group: one process only (not under torchrun)")
 
 
-def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path]
-              ) -> list[RunResult]:
+def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
+              batched: bool = True) -> list[RunResult]:
     """Train runs that differ only in their negatives together (module docstring); each run
     directory ends as :func:`crl.train.fit` writes it.
 
     Args:
         configs: The runs' configs (equal :func:`group_key`).
         run_dirs: One empty (or new) run directory per config.
+        batched: One forward pass of the stacked towers for all runs (towers of
+            :data:`EXACT_MODULES` only); False: each run's towers on their own (any towers,
+            dropout included), sharing the process, the data and the batches.
 
     Returns:
         One finished :class:`~crl.train.RunResult` per run, in order.
@@ -161,8 +253,8 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path]
     Raises:
         CrlValueError: for configs of different groups or shared run directories.
         CrlError: for a run directory that already holds a run (finish it with
-            ``fit(..., resume=True)``); :class:`GroupingError` when the towers cannot be
-            vmapped; a non-finite loss (the run directories then hold their last checkpoints).
+            ``fit(..., resume=True)``); :class:`GroupingError` for hard negatives, towers with
+            buffers or, when batched, towers not of :data:`EXACT_MODULES`; a non-finite loss (the run directories then hold their last checkpoints).
     """
     dirs = [Path(d) for d in run_dirs]
     _check_group(configs, dirs)
@@ -174,13 +266,9 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path]
         torch.set_num_threads(configs[0].train.num_threads)
     with contextlib.ExitStack() as stack:
         try:
-            builts, states = [], []
-            for config in configs:
-                builts.append(build_run(config, device))  # seeds, as fit does: the same start
-                states.append(rng_state())
-                if builts[-1].train_ds.num_hard_negatives:
-                    raise GroupingError("grouped training: the data has hard negatives")
-            stacked = _Stacked([built.model for built in builts])  # checked before any write
+            builts, states = _build(configs, device)
+            models = [built.model for built in builts]
+            stacked: _Towers = _Stacked(models) if batched else _Separate(models, states)
             runs = []
             for g, (config, run_dir) in enumerate(zip(configs, dirs, strict=True)):
                 writer = stack.enter_context(RunWriter(run_dir, main=True))
@@ -192,7 +280,43 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path]
             torch.set_num_threads(threads)
 
 
-def _train(runs: list[_Training], states: list[dict[str, Any]], stacked: _Stacked,
+def _same_rng(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"]
+            and torch.equal(a["numpy"]["key"], b["numpy"]["key"])
+            and a["numpy"]["pos"] == b["numpy"]["pos"])
+
+
+def _build(configs: Sequence[TrainConfig], device: torch.device
+           ) -> tuple[list[BuiltRun], list[dict[str, Any]]]:
+    """Each run as :func:`~crl.train.build.build_run` makes it, and the RNG state after: the
+    first built in full, the others sharing its data and a copy of its initial model (the same
+    seed and model config: the same weights) with their own objective, unless building that
+    objective draws random numbers (then in full too)."""
+    first = build_run(configs[0], device)
+    if first.train_ds.num_hard_negatives:
+        raise GroupingError("grouped training: the data has hard negatives")
+    builts, states = [first], [rng_state()]
+    epochs = math.ceil(first.total_steps / first.steps_per_epoch)  # as build_run has it
+
+    def objective(config: TrainConfig) -> Objective:
+        return build_objective(config, num_samples=len(first.train_ds),
+                               labels=first.train_ds.labels, epochs=epochs,
+                               num_classes=first.splits.info.num_classes).to(device)
+
+    objective(configs[0])  # does building an objective draw? (then states[0] holds draws)
+    quiet = _same_rng(states[0], rng_state())
+    set_rng_state(states[0])
+    for config in configs[1:]:
+        made = objective(config)
+        if quiet and _same_rng(states[0], rng_state()):
+            builts.append(replace(first, model=copy.deepcopy(first.model), objective=made))
+        else:
+            builts.append(build_run(config, device))
+        states.append(rng_state())
+    return builts, states
+
+
+def _train(runs: list[_Training], states: list[dict[str, Any]], stacked: _Towers,
            device: torch.device) -> list[RunResult]:
     """Every step of every run, then each run's final evaluation and summary."""
     lead = runs[0]
@@ -224,7 +348,7 @@ def _train(runs: list[_Training], states: list[dict[str, Any]], stacked: _Stacke
     return results
 
 
-def _group_step(runs: list[_Training], states: list[dict[str, Any]], stacked: _Stacked,
+def _group_step(runs: list[_Training], states: list[dict[str, Any]], stacked: _Towers,
                 batch: Any, device: torch.device) -> None:
     """One optimiser step of every run on the same batch: one vmapped forward, the runs'
     losses, one backward pass of their sum, then each run's clip, optimiser and scheduler."""
@@ -237,7 +361,7 @@ def _group_step(runs: list[_Training], states: list[dict[str, Any]], stacked: _S
         run.optimizer.zero_grad(set_to_none=True)
     before = torch.get_rng_state()
     za, zb = stacked(xa, xb)
-    if not torch.equal(before, torch.get_rng_state()):
+    if isinstance(stacked, _Stacked) and not torch.equal(before, torch.get_rng_state()):
         raise GroupingError("grouped training: the towers draw random numbers in training")
     losses, values, logs = [], [], []
     for g, run in enumerate(runs):
