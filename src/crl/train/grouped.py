@@ -254,7 +254,8 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
         CrlValueError: for configs of different groups or shared run directories.
         CrlError: for a run directory that already holds a run (finish it with
             ``fit(..., resume=True)``); :class:`GroupingError` for hard negatives, towers with
-            buffers or, when batched, towers not of :data:`EXACT_MODULES`; a non-finite loss (the run directories then hold their last checkpoints).
+            buffers or, when batched, towers not of :data:`EXACT_MODULES`; a non-finite loss
+            (the run directories then hold their last checkpoints).
     """
     dirs = [Path(d) for d in run_dirs]
     _check_group(configs, dirs)
