@@ -567,7 +567,7 @@ CASES: list[Case] = [
          "`--data` must be one of pycode, digits, synthetic or a .npz/.jsonl file",
          "use a named data set or a .npz/.jsonl file", cli=_study("--data", "pairs.csv")),
     Case("cli-study-workers-zero", "CLI", "`crl study negatives --workers 0`", CrlValueError,
-         "`workers` must be >= 1; got 0", "use --workers 1 or more",
+         "--workers must be an integer >= 1; got 0", "use --workers 1 or more",
          cli=_study("--workers", "0")),
     Case("cli-study-unwritable-out", "CLI", "`crl study negatives --out DIR` where DIR cannot "
          "be created", CrlValueError, "cannot write the study directory",
@@ -685,7 +685,7 @@ def test_docs_table_lists_exactly_these_cases() -> None:
     table = text[start:] if end < 0 else text[start:end + 1]
     assert table == markdown_table(), (
         "docs/errors.md is out of date: regenerate the table with "
-        "`python tests/robustness/test_robustness_bad_input.py`")
+        "`PYTHONPATH=tests python tests/robustness/test_robustness_bad_input.py`")
     ids = re.findall(r"^\| `([a-z0-9-]+)` \|", table, flags=re.MULTILINE)
     assert ids == [c.id for c in CASES] and len(ids) == len(set(ids)) >= 30
 

@@ -10,7 +10,7 @@ from crl.experiments.executors import Executor, build_executor
 from crl.experiments.registry import get_study
 from crl.experiments.report import REPORT_FILE, build_report
 from crl.experiments.results import collect_rows
-from crl.experiments.runner import STUDY_FILE, StudyOutcome, run_study
+from crl.experiments.runner import STUDY_FILE, StudyOutcome, prepare_study_dir, run_study
 from crl.experiments.study import Analysis
 from crl.rundir import read_json
 
@@ -43,7 +43,7 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     if not isinstance(executor, Executor):
         executor = build_executor(executor or "local", workers=workers)
     study = get_study(name, preset=preset, **options)
-    study_dir = Path(out) / study.name
+    study_dir = prepare_study_dir(study, Path(out))  # one clear error if it cannot be written
     study.check(study_dir)
     outcome = run_study(study, out, progress=progress, executor=executor,
                         group_runs=group_runs)
