@@ -1,44 +1,45 @@
 """Grouped runs in a study (crl.experiments.grouping): a study trained with its runs of one
-(n, seed) together writes the same run directories and results.csv as with --no-group, and a
-group whose towers cannot be batched exactly falls back to one run at a time."""
+(n, seed) together writes the same metrics and summaries (what results.csv is made of) as
+with --no-group, towers with layer norms group without batching, and a
+group that fails falls back to one run at a time."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from crl.cli import app
 from crl.experiments import get_study
 from crl.experiments.grouping import GROUP_ERROR_FILE, GroupTask, plan_tasks
+from crl.experiments.runner import run_study
 from crl.rundir import METRICS_FILE, SUMMARY_FILE
+from crl.train import grouped
 
 runner = CliRunner()
-SMALL = ["--preset", "smoke", "--data", "synthetic", "--ns", "64", "--budget", "256",
+SMALL = ["--preset", "smoke", "--data", "synthetic", "--ns", "64", "--budget", "128",
          "--workers", "1", "--no-progress"]
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as handle:
-        return [{k: v for k, v in row.items() if not k.startswith("time/")}
-                for row in csv.DictReader(handle)]
-
-
-def _study(tmp_path: Path, name: str, *extra: str) -> Path:
-    result = runner.invoke(app, ["study", "negatives", *SMALL, "--out", str(tmp_path / name),
-                                 *extra])
-    assert result.exit_code == 0, result.output
-    return tmp_path / name / "negatives"
+def _study(tmp_path: Path, name: str, model: str | None = None) -> Path:
+    """The small study run by the library (no report), runs of one n and seed grouped."""
+    study = get_study("negatives", preset="smoke", data="synthetic", ns=[64], budget=128,
+                      model=model)
+    outcome = run_study(study, tmp_path / name, workers=1, progress=False)
+    assert not outcome.failed and outcome.completed == outcome.total
+    return outcome.study_dir
 
 
 def test_grouped_study_equals_one_run_at_a_time(tmp_path: Path) -> None:
-    grouped = _study(tmp_path, "grouped", "--model", "linear")
-    alone = _study(tmp_path, "alone", "--model", "linear", "--no-group")
-    assert _rows(grouped / "results.csv") == _rows(alone / "results.csv")
+    grouped = _study(tmp_path, "grouped", "linear")
+    result = runner.invoke(app, ["study", "negatives", *SMALL, "--model", "linear", "--out",
+                                 str(tmp_path / "alone"), "--no-group"])
+    assert result.exit_code == 0, result.output
+    alone = tmp_path / "alone" / "negatives"
     study = get_study("negatives", preset="smoke", data="synthetic", model="linear",
-                      ns=[64], budget=256)
+                      ns=[64], budget=128)
     specs = list({s.run_id: s for s in study.runs()}.values())
     tasks = plan_tasks(study, specs, tmp_path / "fresh")
     assert sorted(len(t.specs) for t in tasks if isinstance(t, GroupTask)) == [5]
@@ -51,11 +52,20 @@ def test_grouped_study_equals_one_run_at_a_time(tmp_path: Path) -> None:
             {k: v for k, v in two.items() if not k.startswith("time/")}
 
 
-def test_a_group_that_cannot_batch_exactly_trains_one_at_a_time(tmp_path: Path) -> None:
-    study_dir = _study(tmp_path, "mlp")  # the default MLP towers hold layer norms
+def test_a_group_that_fails_trains_one_run_at_a_time(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the group broke")
+
+    monkeypatch.setattr(grouped, "_train", broken)  # after the run directories were opened
+    study_dir = _study(tmp_path, "broken", "linear")
     errors = sorted(study_dir.glob(f"*/{GROUP_ERROR_FILE}"))
-    assert errors and "LayerNorm" in errors[0].read_text()
-    assert all((d / SUMMARY_FILE).exists() for d in {e.parent for e in errors})
-    assert len(_rows(study_dir / "results.csv")) == len(
-        get_study("negatives", preset="smoke", data="synthetic", ns=[64],
-                  budget=256).runs())
+    assert len(errors) == 5 and "the group broke" in errors[0].read_text()
+    assert all((e.parent / SUMMARY_FILE).exists() for e in errors)
+    assert len(list(study_dir.glob(f"*/{SUMMARY_FILE}"))) == 5
+
+
+def test_towers_with_layer_norm_train_grouped_but_separately(tmp_path: Path) -> None:
+    study_dir = _study(tmp_path, "mlp")  # the default MLP towers hold layer norms
+    assert not list(study_dir.glob(f"*/{GROUP_ERROR_FILE}"))
+    assert len(list(study_dir.glob(f"*/{SUMMARY_FILE}"))) == 5

@@ -5,9 +5,11 @@
 :class:`GroupTask` per set of two or more fresh runs with one :func:`~crl.train.grouped.group_key`
 (for ``crl study negatives``: the runs of one ``(n, seed)``), a :class:`RunTask` for every other
 run. Only studies whose ``execute`` is ``fit`` of the spec's config (``fit_runs = True``) are
-grouped. A group that cannot train together (towers whose batched gradients are not exact, a
-non-finite loss, a crash) falls back to one run at a time: each of its runs resumes from what
-the group left in its directory, so a study's results never depend on the grouping.
+grouped. A group runs its towers batched where that is exact (``fit_group(batched=True)``) and
+each run's towers on their own otherwise (layer norms, dropout). A group that cannot train
+together (hard negatives, a non-finite loss, a crash) falls back to one run at a time: each of
+its runs resumes from what the group left in its directory (``group_error.txt`` says why), so a
+study's results never depend on the grouping.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
 def _train_together(task: GroupTask) -> None:
     """Under every run's lock: train the fresh, unfinished runs of the group together."""
     from crl.train import validate_config
-    from crl.train.grouped import fit_group
+    from crl.train.grouped import GroupingError, fit_group
 
     with ExitStack() as stack:
         for run_dir in sorted(task.run_dirs):  # one order everywhere: no deadlock
@@ -106,8 +108,15 @@ def _train_together(task: GroupTask) -> None:
             if not (run_dir / SPEC_FILE).exists():
                 write_json(run_dir / SPEC_FILE, {"config": spec.config, "tags": spec.tags,
                                                  "label": spec.label})
-        fit_group([validate_config(s.config, origin=f"study {task.study.name} run {s.run_id}")
-                   for s, _ in todo], [d for _, d in todo])
+        configs = [validate_config(s.config, origin=f"study {task.study.name} run {s.run_id}")
+                   for s, _ in todo]
+        dirs = [d for _, d in todo]
+        try:  # one forward of the stacked towers where that is exact
+            fit_group(configs, dirs, batched=True)
+        except GroupingError:
+            if not all(_fresh(d) for d in dirs):
+                raise  # it failed after it began: the runs finish one at a time
+            fit_group(configs, dirs, batched=False)
 
 
 def run_group(task: GroupTask) -> list[RunOutcome]:
