@@ -24,8 +24,8 @@ weights, GCL state and RNG state against :func:`crl.train.fit`.
 What can be grouped (:func:`group_key` is None otherwise): one process on the CPU, one pass
 per step (no ``train.micro_batch_size``), ``fp32``, no hard negatives in the data, towers
 without buffers. The CPU saved is the per-run process start, data loading, tokenising and
-loader work (benchmarks/README.md, "Grouped runs"); the dense embedding gradient and the AdamW
-update of each run's table cost the same either way.
+loader work (benchmarks/README.md, section ``benchmarks/grouped.py``); the dense embedding
+gradient and the AdamW update of each run's table cost the same either way.
 """
 
 from __future__ import annotations
