@@ -116,7 +116,21 @@ def test_when_every_run_fails_the_message_says_how_many_and_the_first_error(
     with pytest.raises(CrlValueError) as caught:
         run_and_report("negatives", preset="smoke", out=tmp_path, workers=1, progress=False,
                        data="synthetic", ns=[64, 128], fractions=[0.25, 1.0], seeds=[0],
-                       refine_runs=0)
+                       refine_runs=0, group_runs=False)  # execute() is what fails here
     message = str(caught.value)
     assert "all 6 runs failed" in message and "out of patience at step 3" in message
     assert "\n" not in message and "run `" not in message
+
+
+def test_study_data_takes_every_format_crl_train_reads(tmp_path: Path) -> None:
+    """`--data` accepts each file type of `data.name: files` and a save_to_disk directory."""
+    from crl.experiments.negatives_grid import data_section
+
+    for suffix in (".npz", ".jsonl", ".csv", ".tsv", ".parquet"):
+        path = tmp_path / f"pairs{suffix}"
+        path.write_bytes(b"")
+        kind, section = data_section(str(path))
+        assert kind == "files" and section["files"]["path"] == str(path.resolve())
+    assert data_section(str(tmp_path))[0] == "files"
+    with pytest.raises(CrlValueError, match="does not exist"):
+        data_section(str(tmp_path / "missing.csv"))

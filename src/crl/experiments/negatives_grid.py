@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from crl.data.files import SUPPORTED_SUFFIXES
 from crl.errors import CrlValueError
 
 FRACTIONS_FULL = (0.01, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0)
@@ -98,12 +99,13 @@ def data_section(data: str) -> tuple[str, dict[str, Any]]:
                                     "num_samples": 6000}
         return data, section
     path = Path(data)
-    if path.suffix not in (".npz", ".jsonl"):
+    if not path.is_dir() and path.suffix.lower() not in SUPPORTED_SUFFIXES:
         raise CrlValueError(
-            f"study negatives: `--data` must be one of {', '.join(DATA_NAMES)} or a .npz/.jsonl "
-            f"file; got {data!r}"
+            f"study negatives: `--data` must be one of {', '.join(DATA_NAMES)}, a "
+            f"{'/'.join(SUPPORTED_SUFFIXES)} file or a datasets save_to_disk directory; got "
+            f"{data!r}"
         )
-    if not path.is_file():
+    if not path.exists():
         raise CrlValueError(f"study negatives: data file {data!r} does not exist")
     return "files", {"name": "files", "files": {"path": str(path.resolve())}}
 
