@@ -112,3 +112,30 @@ def test_group_key_and_bad_groups(tmp_path: Path) -> None:
     cached = configs[0].model_copy(deep=True)
     cached.train.micro_batch_size = 4
     assert group_key(cached) is None
+
+
+def test_a_group_stopped_midway_resumes_one_run_at_a_time(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from crl.train import grouped
+
+    configs = _configs(SYNTHETIC, LINEAR)  # 7 steps, checkpoints at step 4
+    alone = [fit(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(configs)]
+    steps = 0
+    real = grouped._group_step
+
+    def crash_at_six(*args: Any) -> None:
+        nonlocal steps
+        steps += 1
+        if steps == 6:
+            raise RuntimeError("killed")
+        real(*args)
+
+    monkeypatch.setattr(grouped, "_group_step", crash_at_six)
+    dirs = [tmp_path / f"group{i}" for i in range(len(configs))]
+    with pytest.raises(RuntimeError, match="killed"):
+        fit_group(configs, dirs)
+    for i, (config, run_dir) in enumerate(zip(configs, dirs, strict=True)):
+        resumed = fit(config, run_dir, resume=True, progress=False)
+        assert _records(run_dir) == _records(tmp_path / f"alone{i}")
+        assert {k: v for k, v in resumed.summary.items() if not k.startswith("time/")} == \
+            {k: v for k, v in alone[i].summary.items() if not k.startswith("time/")}
