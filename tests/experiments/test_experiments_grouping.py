@@ -43,6 +43,8 @@ def test_grouped_study_equals_one_run_at_a_time(tmp_path: Path) -> None:
     specs = list({s.run_id: s for s in study.runs()}.values())
     tasks = plan_tasks(study, specs, tmp_path / "fresh")
     assert sorted(len(t.specs) for t in tasks if isinstance(t, GroupTask)) == [5]
+    split = plan_tasks(study, specs, tmp_path / "fresh", workers=3)  # no worker left idle
+    assert sorted(len(t.specs) if isinstance(t, GroupTask) else 1 for t in split) == [1, 2, 2]
     for spec in specs:
         left, right = grouped / spec.run_id, alone / spec.run_id
         assert not (left / GROUP_ERROR_FILE).exists()

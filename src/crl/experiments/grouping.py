@@ -64,10 +64,21 @@ def _fresh(run_dir: Path) -> bool:
     return not any((run_dir / name).exists() for name in (CHECKPOINT_FILE, METRICS_FILE))
 
 
+def _split(groups: list[list[RunSpec]], others: int, workers: int) -> list[list[RunSpec]]:
+    """Halve the largest groups while there are fewer tasks than workers (no idle worker)."""
+    groups = sorted(groups, key=len, reverse=True)
+    while len(groups) + others < workers and len(groups[0]) >= 2:
+        big = groups.pop(0)
+        half = (len(big) + 1) // 2
+        groups = sorted([*groups, big[:half], big[half:]], key=len, reverse=True)
+    return groups
+
+
 def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
-               group_runs: bool = True) -> list[RunTask | GroupTask]:
+               group_runs: bool = True, workers: int = 1) -> list[RunTask | GroupTask]:
     """The tasks of ``specs`` (unfinished runs, one spec per run id): groups of fresh
-    compatible runs and single runs (module docstring); ``group_runs=False``: single runs."""
+    compatible runs and single runs (module docstring), groups halved while there are fewer
+    tasks than ``workers``; ``group_runs=False``: single runs."""
     from crl.train.grouped import group_key
 
     if not group_runs or not getattr(study, "fit_runs", False):
@@ -80,7 +91,7 @@ def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
             tasks.append(RunTask(study, spec, study_dir / spec.run_id))
         else:
             groups[key].append(spec)
-    for members in groups.values():
+    for members in (_split(list(groups.values()), len(tasks), workers) if groups else []):
         if len(members) == 1:
             tasks.append(RunTask(study, members[0], study_dir / members[0].run_id))
         else:

@@ -109,7 +109,7 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
                          if isinstance(s.config.get("data"), dict)], progress=progress)
     tasks: list[Any] = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
     if group_runs and isinstance(executor, LocalExecutor):
-        tasks = plan_tasks(study, pending, study_dir)
+        tasks = plan_tasks(study, pending, study_dir, workers=executor.workers)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset}, {executor.kind})"),
                BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
