@@ -29,7 +29,7 @@ def synthetic_model(cfg: SyntheticConfig) -> ExactModel:
         -1.0
     """
     from crl.theory.gaussian import CorrelatedGaussian, GaussianMeanShift
-    from crl.theory.models import LatentClassModel
+    from crl.theory.latent import LatentClassModel
 
     if cfg.model == "gaussian_mean_shift":
         return GaussianMeanShift(cfg.a, cfg.sigma, dim=cfg.dim)
@@ -51,7 +51,7 @@ def sample_synthetic(cfg: SyntheticConfig, seed: int) -> tuple[Tensor, Tensor, T
         >>> x.shape, x.sum(dim=1).unique().tolist(), sorted(labels.unique().tolist())
         (torch.Size([4096, 6]), [1.0], [0, 1])
     """
-    from crl.theory.models import LatentClassModel
+    from crl.theory.latent import LatentClassModel
 
     model = synthetic_model(cfg)
     generator = torch.Generator().manual_seed(seed)

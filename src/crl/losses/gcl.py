@@ -33,6 +33,7 @@ from crl._validation import (
 )
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import anchor_negatives, expand_counted, hard_scores, masked_logsumexp
+from crl.losses._gcl_schedule import cosine_gamma
 from crl.losses.objective import (
     AnchorTerms,
     ObjectiveContext,
@@ -48,19 +49,6 @@ if TYPE_CHECKING:
 GammaSchedule = Literal["constant", "cosine"]
 TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
 _WHERE = "GlobalContrastiveLoss"
-
-
-def cosine_gamma(epoch: int, decay_epochs: int, gamma_min: float) -> float:
-    """``gamma_e = 0.5 (1 + cos(pi e / E)) (1 - gamma_min) + gamma_min``, and ``gamma_min`` for
-    ``e >= E`` (docs/theory.md §10).
-
-    Example:
-        >>> cosine_gamma(0, 10, 0.2), cosine_gamma(5, 10, 0.2), cosine_gamma(12, 10, 0.2)
-        (1.0, 0.6000000000000001, 0.2)
-    """
-    if epoch >= decay_epochs:
-        return gamma_min
-    return 0.5 * (1.0 + math.cos(math.pi * epoch / decay_epochs)) * (1.0 - gamma_min) + gamma_min
 
 
 class GlobalContrastiveLoss(PairObjective):

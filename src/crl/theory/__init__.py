@@ -24,7 +24,8 @@ from crl.theory.gaussian import (
     rotation_scorer,
 )
 from crl.theory.generalization import InnerOuterError, RateFit, fit_rate, inner_outer_error
-from crl.theory.models import ExactModel, LatentClassModel, Scorer, TableScorer, TabularModel
+from crl.theory.latent import LatentClassModel
+from crl.theory.models import ExactModel, Scorer, TableScorer, TabularModel
 from crl.theory.scaling import CriticalMResult, PowerLawFit, RegimeScaling, fit_critical_m
 
 __all__ = [

@@ -101,7 +101,7 @@ def mc_risk(model: ExactModel, scorer: Any, tau: float, *, num_anchors: int = 20
     that of the mean over anchors.
 
     Example:
-        >>> from crl.theory.models import LatentClassModel
+        >>> from crl.theory.latent import LatentClassModel
         >>> model = LatentClassModel([0.5, 0.5])
         >>> est = mc_risk(model, model.optimal_table(1.0), 1.0, num_anchors=2000,
         ...               num_negatives=200, generator=torch.Generator().manual_seed(0))
@@ -134,7 +134,7 @@ def mc_auc(model: ExactModel, scorer: Any, *, num_anchors: int = 20_000,
     count 1/2); the estimate is the mean over anchors, its standard error that of the mean.
 
     Example:
-        >>> from crl.theory.models import LatentClassModel
+        >>> from crl.theory.latent import LatentClassModel
         >>> model = LatentClassModel([0.5, 0.5])
         >>> est = mc_auc(model, model.optimal_table(1.0), num_anchors=2000,
         ...              generator=torch.Generator().manual_seed(0))
