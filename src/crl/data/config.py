@@ -10,9 +10,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class SyntheticConfig(BaseModel):
@@ -129,15 +129,21 @@ class ColumnsConfig(BaseModel):
     a: str = Field("a", min_length=1)
     b: str = Field("b", min_length=1)
     label: str | None = None
-    negatives: list[str] = Field(default_factory=list)
+    negatives: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _check_distinct(self) -> ColumnsConfig:
-        names = [self.a, self.b, *([self.label] if self.label else []), *self.negatives]
+    @field_validator("b", "label", "negatives")
+    @classmethod
+    def _one_role(cls, value: Any, info: ValidationInfo) -> Any:
+        """A column has one role: checked on the key that repeats an earlier one, so the error
+        names it (fields are validated in order: a, b, label, negatives)."""
+        if value is None:
+            return value
+        earlier = [info.data.get(k) for k in ("a", "b", "label") if k != info.field_name]
+        names = [*(n for n in earlier if n), *(value if isinstance(value, list) else [value])]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"each column may have one role; {repeated} has several")
-        return self
+        return value
 
 
 class FilesConfig(BaseModel):
