@@ -275,9 +275,12 @@ def censored_line(x: FloatArray, y: FloatArray, kind: list[str]) -> tuple[float,
 
 def _values(cells: list[CellEstimate], draw: int | None) -> tuple[FloatArray, FloatArray,
                                                                   list[str]]:
-    """The fit's inputs: the point estimates, or bootstrap draw ``draw``. A located draw's m*
-    is only known to lie above the swept m below it, so the draw spreads it log-uniformly over
-    that step: the alpha interval then carries the grid's coarseness, not only the seeds'."""
+    """The fit's inputs: the point estimates, or bootstrap draw ``draw``. A located m* is only
+    known to lie in the step from the swept m below it to it, so a draw spreads it log-uniformly
+    over that step (the alpha interval then carries the grid's coarseness, not only the seeds')
+    and the point estimate takes the step's geometric midpoint, the centre of that spread.
+    Taking the step's upper end instead would put the point fit above its own bootstrap draws
+    (by half a step in log m*)."""
     rng = np.random.default_rng(draw)
     x, y, kind = [], [], []
     for c in cells:
@@ -287,8 +290,9 @@ def _values(cells: list[CellEstimate], draw: int | None) -> tuple[FloatArray, Fl
             m = float(c.ms[0])
         log_m = math.log(m)
         below = [v for v in c.ms if v < m]
-        if draw is not None and status == "located" and below:
-            log_m = rng.uniform(math.log(below[-1]), log_m)
+        if status == "located" and below:
+            log_m = (rng.uniform(math.log(below[-1]), log_m) if draw is not None
+                     else 0.5 * (math.log(below[-1]) + log_m))
         x.append(math.log(c.n))
         y.append(log_m)
         kind.append(status)
