@@ -111,8 +111,9 @@ def test_analysis_fits_the_law_with_censoring_and_reports_unidentified_fits(
     laws = analysis.numbers["laws"]
     for regime in ("shared", "independent"):
         assert laws[regime]["alpha"] == pytest.approx(ALPHA, abs=0.12), laws[regime]
+        # strictly inside: the point fit is centred in its bootstrap draws, not clamped to an end
         lo, hi = laws[regime]["alpha_ci"]
-        assert lo <= laws[regime]["alpha"] <= hi
+        assert lo < laws[regime]["alpha"] < hi
     assert laws["shared"]["censored"] == 1 and laws["shared"]["located"] == 4
     assert laws["independent"]["left_out"] == 1 and laws["independent"]["located"] == 4
     # one alpha per regime, with its interval, in the headline; the censored cell in words
@@ -125,7 +126,7 @@ def test_analysis_fits_the_law_with_censoring_and_reports_unidentified_fits(
     # the recommendation at n beyond the sweep is marked as an extrapolation
     recs = {r["regime"]: r for r in analysis.numbers["recommendations"]}
     shared = recs["shared"]
-    assert shared["extrapolation"] and shared["low"] <= shared["m"] <= shared["high"]
+    assert shared["extrapolation"] and shared["low"] < shared["m"] < shared["high"]
     assert shared["m"] == pytest.approx(math.exp(-TOL / SLOPE) * planted_m_star(16_000),
                                         rel=0.5)
     answer = next(s for s in analysis.sections if s.title == "The answer for your n")
@@ -209,3 +210,33 @@ def test_every_metric_declares_its_direction() -> None:
         metric_spec("accuracy_of_something")
     with pytest.raises(CrlValueError, match="no declared direction"):
         NegativesStudy("smoke", data="synthetic", metric="my_loss")
+
+
+def test_law_point_fit_is_centred_in_its_bootstrap_on_a_coarse_grid() -> None:
+    """On the quick preset's coarse m grid a located m* is only known up to a step of 4x; the
+    point fit must sit inside its own bootstrap draws (raw quantiles, no clamping), and so must
+    the recommendation at a larger n."""
+    from crl.experiments.negatives_stats import fit_law
+
+    coarse = (0.01, 0.05, 0.1, 0.4, 1.0)
+    rng = np.random.default_rng(3)
+    levels = {s: rng.normal(0.3, 0.04) for s in SEEDS}
+    rows = []
+    for n in NS:
+        for fraction in coarse:
+            m = max(1, round(fraction * n))
+            for s in SEEDS:
+                value = levels[s] + SLOPE * min(math.log(m), math.log(0.3 * n))
+                rows.append({"run_id": f"shared-{n}-{m}-{s}", "n": n, "m": m, "seed": s,
+                             "regime": "shared", "recall@1": value + rng.normal(0, 0.002)})
+    cells = estimate_cells(rows, "recall@1", True, TOL)
+    law = fit_law("shared", cells)
+    alphas = np.array([a for a, _ in law.draws])
+    lo, hi = np.quantile(alphas, [0.025, 0.975])
+    assert lo < law.alpha < hi, (lo, law.alpha, hi)
+    point, low, high = law.predict(20_000)
+    values = [math.exp(c + a * math.log(20_000)) for a, c in law.draws]
+    q_lo, q_mid, q_hi = np.log(np.quantile(values, [0.025, 0.5, 0.975]))
+    assert (math.log(low), math.log(high)) == pytest.approx((q_lo, q_hi))  # not clamped
+    # centred: the grid m* (a step's upper end) would sit log 4 / 2 above the draws' median
+    assert abs(math.log(point) - q_mid) < 0.15 * (q_hi - q_lo), (point, math.exp(q_mid))

@@ -77,16 +77,18 @@ def test_fine_tune_export_and_encode_round_trip(tiny_bert: Path, tmp_path: Path,
     result = runner.invoke(app, ["export", str(run), str(out), "--format",
                                  "sentence-transformers"])
     assert result.exit_code == 0, result.output
-    assert list(out.glob("*.safetensors")) and not list(out.rglob("*.bin"))
+    assert list(out.rglob("*.safetensors")) and not list(out.rglob("*.bin"))
     emb = tmp_path / "emb.npy"
     result = runner.invoke(app, ["encode", str(run), str(data), "--out", str(emb),
                                  "--no-progress"])
     assert result.exit_code == 0, result.output
     ours = np.load(emb)
     texts = [json.loads(line)["q"] for line in data.read_text().splitlines()]
-    theirs = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_numpy=True)
+    exported = SentenceTransformer(str(out), device="cpu")
+    theirs = exported.encode_query(texts, convert_to_numpy=True)
     assert ours.shape == (32, 16 if head == "linear" else 32)
     np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".exported")]
     # The document tower through --view b and another column, exported with --tower b.
     result = runner.invoke(app, ["encode", str(run), str(data), "--out", str(emb), "--view",
                                  "b", "--column", "d", "--no-progress"])
@@ -97,9 +99,19 @@ def test_fine_tune_export_and_encode_round_trip(tiny_bert: Path, tmp_path: Path,
     assert result.exit_code == 0, result.output
     theirs_b = SentenceTransformer(str(out_b), device="cpu").encode(docs, convert_to_numpy=True)
     np.testing.assert_allclose(theirs_b, np.load(emb), atol=1e-5, rtol=0)
+    # The default export holds both towers: encode_document (and a plain encode) is tower b.
+    np.testing.assert_allclose(exported.encode_document(docs, convert_to_numpy=True),
+                               np.load(emb), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(exported.encode(docs, convert_to_numpy=True), np.load(emb),
+                               atol=1e-5, rtol=0)
     if head == "linear":  # two towers: the query and document exports differ
         assert np.abs(SentenceTransformer(str(out_b), device="cpu").encode(texts)
                       - theirs).max() > 1e-4
+        assert (out / "router_config.json").exists()
+        out_a = tmp_path / "exported_a"
+        assert runner.invoke(app, ["export", str(run), str(out_a), "--tower", "a"]).exit_code == 0
+        np.testing.assert_allclose(SentenceTransformer(str(out_a), device="cpu").encode(texts),
+                                   ours, atol=1e-5, rtol=0)
 
 
 def test_export_and_encode_errors(tiny_bert: Path, tmp_path: Path) -> None:

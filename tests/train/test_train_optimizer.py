@@ -1,4 +1,4 @@
-"""The trainer's optimisers: torch's multi-tensor update, equal bit for bit to the per-tensor one."""
+"""The trainer's optimisers: torch's multi-tensor update, bit for bit the per-tensor one."""
 
 from __future__ import annotations
 

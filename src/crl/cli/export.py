@@ -17,8 +17,9 @@ def export(
     out: Path = typer.Argument(..., help="The directory to write (new or empty)."),
     format: str = typer.Option("sentence-transformers", "--format",
                                help="Export format: sentence-transformers."),
-    tower: str = typer.Option("a", "--tower",
-                              help="a (queries) or b (documents); the same for a shared tower."),
+    tower: str = typer.Option("both", "--tower",
+                              help="both (a two-tower model as one model: encode_query is "
+                                   "tower a, encode_document tower b), a or b."),
 ) -> None:
     """Write a fine-tuned `transformer` run as a directory SentenceTransformer(OUT) loads
     offline (weights as safetensors), with the run's own embeddings.

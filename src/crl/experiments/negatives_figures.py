@@ -78,8 +78,10 @@ def plot_m_star(cells: list[CellEstimate], laws: dict[str, ScalingLaw],
     return plots.finish(fig, study_dir, "m_star_vs_n.png", "m* in % of n against n (log-log): "
                         "located cells with their 95% intervals (dots), censored cells as open "
                         "triangles (up: not saturated, m* at least there; down: saturated "
-                        "already at the smallest m), the fitted m*(n) laws, and the references "
-                        "m = 40% of n and m = sqrt(n).")
+                        "already at the smallest m), the fitted m*(n) laws (through the "
+                        "geometric midpoint of each located cell's step, from the swept m below "
+                        "the dot to the dot, with the censored cells as bounds), and the "
+                        "references m = 40% of n and m = sqrt(n).")
 
 
 def plot_regimes(rows: list[dict[str, Any]], metric: str, study_dir: Path) -> Figure:

@@ -4,13 +4,18 @@ The directory is built from sentence-transformers' own modules and written by it
 (weights as safetensors): ``Transformer`` (the fine-tuned weights, the tokenizer and
 ``max_seq_length``), ``Pooling`` (``mean`` or ``cls``, as crl pooled), a ``Dense`` layer with
 no activation for a ``linear`` head (a ``residual`` head ``x + W x + b`` becomes the linear map
-``(I + W) x + b``), and ``Normalize`` when the model L2-normalises. ``SentenceTransformer(OUT)``
-then loads it offline and gives the run's own embeddings (docs/data.md, "Export").
+``(I + W) x + b``), and ``Normalize`` when the model L2-normalises. A model with two towers
+exports as one asymmetric model: sentence-transformers' ``Router`` sends ``encode_query`` to
+tower ``a`` and ``encode_document`` (and a plain ``encode``) to tower ``b``.
+``SentenceTransformer(OUT)`` then loads it offline and gives the run's own embeddings
+(docs/data.md, "Export").
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +29,9 @@ from crl.models.transformer import TransformerEncoder, TransformerTokenizer
 
 ExportFormat = Literal["sentence-transformers"]
 FORMATS: tuple[str, ...] = ("sentence-transformers",)
+#: What to export: the query tower, the document tower, or both (one asymmetric model).
+ExportTower = Literal["a", "b", "both"]
+TOWERS: tuple[str, ...] = ("a", "b", "both")
 
 
 def _dense(head: nn.Module) -> Any | None:
@@ -47,13 +55,15 @@ def _dense(head: nn.Module) -> Any | None:
                  activation_function=nn.Identity(), init_weight=weight.clone(), init_bias=bias)
 
 
-def sentence_transformer_modules(model: DualEncoder, *, tower: Literal["a", "b"] = "a",
+def sentence_transformer_modules(model: DualEncoder, *, tower: ExportTower = "both",
                                  model_dir: Path) -> list[Any]:
     """The sentence-transformers modules that compute ``model.encode_<tower>`` on texts.
 
     Args:
         model: A dual encoder built by ``model.kind: transformer``.
-        tower: Which tower to export (the same one for a shared tower).
+        tower: ``a``, ``b`` (one tower; the same for a shared tower) or ``both``: for two
+            towers a ``Router`` whose ``query`` route is tower ``a`` and whose ``document``
+            route (also the default) is tower ``b``; for a shared tower, that tower.
         model_dir: The pretrained directory the tower was built from (its config and
             tokenizer files; the weights are replaced by the fine-tuned ones).
 
@@ -61,7 +71,20 @@ def sentence_transformer_modules(model: DualEncoder, *, tower: Literal["a", "b"]
         CrlValueError: for a model that is not a transformer tower, or a head with no
             sentence-transformers equivalent (``mlp``).
     """
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Router
+
+    if tower == "both" and not model.shared:
+        router = Router.for_query_document(
+            query_modules=_tower_modules(model, "a", model_dir),
+            document_modules=_tower_modules(model, "b", model_dir))
+        return [router, Normalize()] if model.normalize else [router]
+    modules = _tower_modules(model, "b" if tower == "b" else "a", model_dir)
+    return [*modules, Normalize()] if model.normalize else modules
+
+
+def _tower_modules(model: DualEncoder, tower: Literal["a", "b"], model_dir: Path) -> list[Any]:
+    """``Transformer``, ``Pooling`` and the head's ``Dense`` (if any) of one tower."""
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
     module = model.tower_a if tower == "a" else model.tower_b
     if not (isinstance(module, Tower) and isinstance(module.backbone, TransformerEncoder)):
@@ -79,20 +102,23 @@ def sentence_transformer_modules(model: DualEncoder, *, tower: Literal["a", "b"]
     dense = _dense(module.head)
     if dense is not None:
         modules.append(dense)
-    if model.normalize:
-        modules.append(Normalize())
     return modules
 
 
 def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_dir: Path,
-                                 tower: Literal["a", "b"] = "a") -> Path:
-    """Write ``model``'s tower as a sentence-transformers directory at ``out``.
+                                 tower: ExportTower = "both") -> Path:
+    """Write ``model`` as a sentence-transformers directory at ``out``.
+
+    The directory is written beside ``out`` under a temporary name and renamed into place, so
+    ``out`` never holds a half-written model.
 
     Args:
         model: A dual encoder built by ``model.kind: transformer``.
         out: The directory to write (must not exist, or be empty).
         model_dir: The pretrained directory the model was built from.
-        tower: ``a`` (queries) or ``b`` (documents); both are the same for a shared tower.
+        tower: ``both`` (the default: a shared tower as it is, two towers as one asymmetric
+            model with ``encode_query`` / ``encode_document``), ``a`` (queries) or ``b``
+            (documents).
 
     Returns:
         ``out`` as a path.
@@ -108,9 +134,18 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CrlValueError(f"export: {out} already exists and is not an empty directory; "
                             "choose another OUT")
-    if tower not in ("a", "b"):
-        raise CrlValueError(f"export: `tower` must be 'a' or 'b'; got {tower!r}")
+    if tower not in TOWERS:
+        raise CrlValueError(f"export: `tower` must be one of {', '.join(TOWERS)}; got {tower!r}")
     modules = sentence_transformer_modules(model, tower=tower, model_dir=model_dir)
     st = SentenceTransformer(modules=modules, device="cpu")
-    st.save(str(out), safe_serialization=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        st.save(str(staging), safe_serialization=True)
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -22,6 +22,9 @@ from crl.train.build import seed_everything
 from crl.train.checkpoint import load_checkpoint
 from crl.train.config import TrainConfig, config_hash
 from crl.train.loading import validate_config
+
+if TYPE_CHECKING:
+    from crl.models.export import ExportTower
 
 View = Literal["a", "b"]
 
@@ -57,8 +60,11 @@ def load_trained(run_dir: str | Path, *, device: str = "cpu") -> TrainedModel:
 
 
 def export_run(run_dir: str | Path, out: str | Path, *,
-               format: str = "sentence-transformers", tower: View = "a") -> Path:
+               format: str = "sentence-transformers", tower: ExportTower = "both") -> Path:
     """Export a run's model (``crl export``); see :mod:`crl.models.export`.
+
+    ``tower``: ``both`` (default; two towers become one model with ``encode_query`` and
+    ``encode_document``), ``a`` or ``b``.
 
     Raises:
         CrlValueError: for an unknown format, a model that cannot be exported or an ``out``
