@@ -134,3 +134,49 @@ def test_study_data_takes_every_format_crl_train_reads(tmp_path: Path) -> None:
     assert data_section(str(tmp_path))[0] == "files"
     with pytest.raises(CrlValueError, match="does not exist"):
         data_section(str(tmp_path / "missing.csv"))
+
+
+def test_a_pretrained_transformer_config_gets_its_zero_shot_baseline(
+        tmp_path: Path, tiny_bert: Path) -> None:
+    """A ``--config`` that fine-tunes a pretrained encoder: the study measures that encoder
+    before fine-tuning on the test split (recomputed here with sentence-transformers' own
+    modules and a by-hand recall@1) and the report draws and states it."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    from crl.data import load_data
+    from crl.train import load_config
+
+    data = _text_pairs(tmp_path / "pairs.jsonl", count=200)
+    config = {"data": {"name": "files", "files": {"path": str(data)}},
+              "model": {"kind": "transformer", "pretrained": str(tiny_bert), "head": "none",
+                        "max_seq_length": 16},
+              "loss": {"name": "gcl", "temperature": 0.1}, "optim": {"lr": 1e-3}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = runner.invoke(app, ["study", "negatives", "--preset", "smoke", "--config",
+                                 str(path), "--ns", "32,64", "--seeds", "0", "--fractions",
+                                 "0.25,1", "--budget", "64", "--batch-size", "16",
+                                 "--refine-runs", "0", "--out", str(tmp_path / "s"),
+                                 "--workers", "1", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    study_dir = tmp_path / "s" / "negatives"
+    facts = json.loads((study_dir / "data.json").read_text())
+    assert facts["model_kind"] == "transformer" and "zero-shot" in facts["baseline_label"]
+    test = load_data(load_config(str(path)).data, progress=False).test
+    texts_a = [test[i][0] for i in range(len(test))]
+    texts_b = [test[i][1] for i in range(len(test))]
+    encoder = Transformer(str(tiny_bert), max_seq_length=16)
+    st = SentenceTransformer(modules=[encoder, Pooling(32, pooling_mode="mean")], device="cpu")
+    ea, eb = (st.encode(t, convert_to_numpy=True, normalize_embeddings=True)
+              for t in (texts_a, texts_b))
+    scores = ea @ eb.T
+    recall = [float(np.mean(np.argmax(s, axis=1) == np.arange(len(s)))) for s in (scores,
+                                                                                   scores.T)]
+    assert facts["baseline"] == pytest.approx(float(np.mean(recall)), abs=1e-9)
+    numbers = json.loads((study_dir / "analysis.json").read_text())["numbers"]
+    assert numbers["baseline"] == facts["baseline"]
+    page = (study_dir / "report.html").read_text()
+    assert "the pretrained encoder before fine-tuning (zero-shot)" in page
+    assert f"recall@1 = {facts['baseline']:.3f}" in page

@@ -5,7 +5,6 @@ no number."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +20,12 @@ from crl.train.step import PRECISIONS, batch_loss, embed, loss_and_gradients
 
 pytest.importorskip("transformers")
 
-_spec = importlib.util.spec_from_file_location(
-    "crl_tests_tiny_bert", Path(__file__).parents[1] / "models" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_tiny = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tiny)
-
 B, K = 6, 4
 CPU = torch.device("cpu")
 TEXTS_A = ["add two numbers", "sort items by key", "read a file", "open close file",
            "join strings", "count values"]
 TEXTS_B = ["def add(a, b): return a + b", "sorted(items, key=key)", "open(p).read()",
            "f = open(p); f.close()", "'-'.join(strings)", "len(values)"]
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory: Path = _tiny.write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
-    return directory
 
 
 def _setup(model_dir: Path, checkpointing: bool) -> tuple[Any, Any, tuple]:

@@ -167,7 +167,7 @@ class NegativesStudy(Study):
         split) and every run config, before any worker starts; record the data's sizes."""
         self.load_state(study_dir)
         first = self.runs()[0]
-        facts = check_data(first.config, self.grid.ns)
+        facts = check_data(first.config, self.grid.ns, self.metric)
         study_dir.mkdir(parents=True, exist_ok=True)
         write_json(study_dir / DATA_FILE, facts)
 
@@ -221,6 +221,7 @@ class NegativesStudy(Study):
         distinct = len({r["run_id"] for r in rows})
         facts = StudyFacts(setup_section(self, data, distinct), target,
                            test_size=data.get("test_size"), baseline=data.get("baseline"),
+                           baseline_label=data.get("baseline_label", "the untrained model"),
                            added=self.added)
         return build_analysis(rows, study_dir, spec=self.spec, tolerance=self.tolerance,
                               preset=self.preset, facts=facts)

@@ -25,8 +25,9 @@ class StudyFacts:
         setup: The set-up section (sentences and tables, written by the study).
         target_n: The n to recommend m for (the user's whole training split by default).
         test_size: Pairs in the held-out test split every run is evaluated on.
-        baseline: The metric of the untrained model (the frozen or zero-shot baseline for a
-            pretrained backbone), None when not measured.
+        baseline: The metric of the model before training (the frozen or zero-shot baseline
+            for a pretrained backbone), None when not measured.
+        baseline_label: What that model is, in words.
         added: The runs the refinement added: ``{"stage", "regime", "n", "m", "seed",
             "reason"}``.
     """
@@ -35,6 +36,7 @@ class StudyFacts:
     target_n: int
     test_size: int | None = None
     baseline: float | None = None
+    baseline_label: str = "the untrained model"
     added: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -73,13 +75,15 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                             num_bootstrap=300, seed=0, error_bounds=spec.error_bounds())
     theory = theory_check(study_dir, preset)
     gains = text.gains(cells)
-    curves = plot_curves(rows, cells, metric, facts.baseline, study_dir)
+    curves = plot_curves(rows, cells, metric, facts.baseline, study_dir,
+                         baseline_label=facts.baseline_label)
     m_star_figure = plot_m_star(cells, laws, study_dir)
     regime_figure = plot_regimes(rows, metric, study_dir)
     evaluation = (f"Every run is evaluated on the same {facts.test_size:,} held-out test pairs."
                   if facts.test_size else "Every run is evaluated on the same held-out pairs.")
     baseline = ("" if facts.baseline is None else
-                f" The dashed line is the untrained model ({metric} = {facts.baseline:.3f}).")
+                f" The dashed line is the baseline, {facts.baseline_label} ({metric} = "
+                f"{facts.baseline:.3f}).")
     sections = [
         facts.setup,
         Section("The answer for your n", [text.recommendation_text(r) for r in recs]
@@ -118,7 +122,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "laws": {r: law.to_dict() for r, law in laws.items()},
                "recommendations": recs, "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
-               "baseline": facts.baseline, "refinement": facts.added,
+               "baseline": facts.baseline, "baseline_label": facts.baseline_label,
+               "refinement": facts.added,
                "cells_informative": sum(c.informative for c in cells)}
     return Analysis(text.headline(cells, laws, recs, spec, tolerance), sections, numbers)
 

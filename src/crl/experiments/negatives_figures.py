@@ -15,8 +15,10 @@ from crl.experiments.study import Figure
 
 
 def plot_curves(rows: list[dict[str, Any]], cells: list[CellEstimate], metric: str,
-                baseline: float | None, study_dir: Path) -> Figure:
-    """The metric against m/n (%) per n, one panel per regime, m* marked."""
+                baseline: float | None, study_dir: Path, *,
+                baseline_label: str = "the untrained model") -> Figure:
+    """The metric against m/n (%) per n, one panel per regime, m* marked, and the baseline
+    (the model before training) as a dashed line when there is one."""
     regimes = [r for r in REGIMES if any(row.get("regime") == r for row in rows)]
     fig, axes = plots.subplots(max(1, len(regimes)))
     ns = sorted({int(r["n"]) for r in rows})
@@ -29,7 +31,7 @@ def plot_curves(rows: list[dict[str, Any]], cells: list[CellEstimate], metric: s
             if cell is not None and cell.status == "located":
                 ax.axvspan(100 * cell.lower / n, 100 * cell.upper / n, color=color, alpha=0.08)
         if baseline is not None:
-            ax.axhline(baseline, color="black", ls="--", lw=1, label="untrained model")
+            ax.axhline(baseline, color="black", ls="--", lw=1, label="before training")
         ax.axvline(100 * PAPER.saturation_fraction, color="grey", ls=":", lw=1,
                    label=f"m = {100 * PAPER.saturation_fraction:.0f}% of n (paper)")
         ax.set_title(f"{regime} negatives")
@@ -37,7 +39,8 @@ def plot_curves(rows: list[dict[str, Any]], cells: list[CellEstimate], metric: s
     return plots.finish(fig, study_dir, "metric_vs_m.png", f"{metric} against m in % of n for "
                         "each n (log axis), both regimes; points are means over seeds with "
                         "their standard deviation, shaded bands the m* intervals of located "
-                        "cells.")
+                        "cells" + ("" if baseline is None else
+                                   f"; the dashed line is {baseline_label}") + ".")
 
 
 def plot_m_star(cells: list[CellEstimate], laws: dict[str, ScalingLaw],

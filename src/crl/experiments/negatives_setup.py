@@ -14,14 +14,19 @@ if TYPE_CHECKING:
     from crl.experiments.negatives import NegativesStudy
 
 DATA_FILE = "data.json"
-#: Model kinds over a pretrained backbone: their untrained model is a zero-shot baseline.
-PRETRAINED = ("frozen_minilm",)
+#: Model kinds over a pretrained backbone, and what their model before training is: the
+#: frozen or zero-shot baseline every run starts from.
+PRETRAINED = {
+    "frozen_minilm": "frozen MiniLM features through the untrained head",
+    "transformer": "the pretrained encoder before fine-tuning (zero-shot)",
+}
 
 
-def check_data(config: dict[str, Any], ns: Sequence[int]) -> dict[str, Any]:
+def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@1"
+               ) -> dict[str, Any]:
     """Load the data of a run ``config`` once, check that its model takes it and that every n
-    fits in the training split; returns its sizes (and, for a pretrained backbone, the
-    metric of the untrained model on the test split)."""
+    fits in the training split; returns its sizes (and, for a pretrained backbone, ``metric``
+    of the model before training on the test split: ``baseline`` with ``baseline_label``)."""
     from crl.data import load_data
     from crl.models.build import resolve_kind
     from crl.train import validate_config
@@ -41,12 +46,14 @@ def check_data(config: dict[str, Any], ns: Sequence[int]) -> dict[str, Any]:
                              "model_kind": kind, "train_size": train,
                              "test_size": len(splits.test), "baseline": None}
     if kind in PRETRAINED:
-        facts["baseline"] = _untrained_recall(cfg)
+        facts["baseline"] = _untrained_metric(cfg, metric)
+        facts["baseline_label"] = PRETRAINED[kind]
     return facts
 
 
-def _untrained_recall(cfg: Any) -> float | None:
-    """Mean recall@1 both ways of the untrained model on the test split (zero-shot)."""
+def _untrained_metric(cfg: Any, metric: str) -> float | None:
+    """``metric`` of the model before training on the test split (``recall@1``: the mean of
+    both directions); None when the evaluation does not produce it."""
     import torch
 
     from crl.train.evaluation import evaluate
@@ -60,6 +67,9 @@ def _untrained_recall(cfg: Any) -> float | None:
         metrics = evaluate(built.model, built.test_ds, cfg.eval.model_copy(
             update={"probe": False, "geometry": False, "risk": False}),
             temperature=cfg.loss.temperature)
+    if metric != "recall@1":
+        value = metrics.get(metric)
+        return float(value) if isinstance(value, (int, float)) else None
     values = [metrics.get("retrieval/x2y_recall@1"), metrics.get("retrieval/y2x_recall@1")]
     nums = [float(v) for v in values if isinstance(v, (int, float))]
     return sum(nums) / len(nums) if nums else None
@@ -103,6 +113,10 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
     if data.get("baseline") is None:
         paragraphs.append("The model has no pretrained backbone, so there is no zero-shot "
                           "baseline: an untrained model is at chance.")
+    else:
+        paragraphs.append(f"Baseline: {data.get('baseline_label', 'the untrained model')} "
+                          f"scores {study.metric} = {data['baseline']:.3f} on the same test "
+                          "pairs; the curves draw it as a dashed line.")
     rows = [[n, g.epochs(n), math.ceil(g.budget / min(g.batch_size, n)),
              ", ".join(f"{max(1, round(f * n)):,} ({100 * f:g}%)" for f in g.fractions),
              ", ".join(map(str, g.seeds))] for n in g.ns]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 WORDS = ("add two numbers return the sum of a list sort items by key read write file open close "
          "def return print value values string strings join split count first last max min "
          "query document negative text").split()
@@ -31,9 +29,3 @@ def write_tiny_bert(directory: Path, *, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     BertModel(config).save_pretrained(str(directory))
     return directory
-
-
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory of a tiny BERT model (``model.pretrained`` in tests)."""
-    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
