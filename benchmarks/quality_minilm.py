@@ -66,22 +66,45 @@ def _st_model() -> Any:
     return model
 
 
-def _st_scores(model: Any, test: Any) -> dict[str, float]:
+def hits_at_1(za: torch.Tensor, zb: torch.Tensor) -> dict[str, str]:
+    """Per test pair, whether its positive ranks first: ``"x2y"`` (query ``za[i]`` among all
+    ``zb``) and ``"y2x"``, as strings of ``0``/``1`` (ties count against the positive, as in
+    ``crl.eval.retrieval_metrics``), so that entries can be compared pair by pair."""
+    scores = za.double() @ zb.double().T  # (N, N)
+    positive = scores.diagonal()
+    out = {}
+    for key, s, pos in (("x2y", scores, positive[:, None]), ("y2x", scores.T, positive[:, None])):
+        others = s >= pos  # (N, N): candidates scoring at least the positive, itself included
+        out[key] = "".join("1" if c == 1 else "0" for c in others.sum(dim=1).tolist())
+    return out
+
+
+def _scored(za: torch.Tensor, zb: torch.Tensor) -> tuple[dict[str, float], dict[str, str]]:
+    """``retrieval_metrics`` and :func:`hits_at_1` of one entry's test embeddings (checked
+    against each other)."""
+    scores = retrieval_metrics(za, zb, ks=list(KS))
+    hits = hits_at_1(za, zb)
+    for key, flags in hits.items():
+        assert abs(flags.count("1") / len(flags) - scores[f"retrieval/{key}_recall@1"]) < 1e-9
+    return scores, hits
+
+
+def _st_scores(model: Any, test: Any) -> tuple[dict[str, float], dict[str, str]]:
     """Embed the test split with the model (its own Normalize layer: cosine) and score it."""
     model.eval()
     with torch.no_grad():
         za = model.encode(test.a, batch_size=64, convert_to_tensor=True, show_progress_bar=False)
         zb = model.encode(test.b, batch_size=64, convert_to_tensor=True, show_progress_bar=False)
-    return retrieval_metrics(za.float(), zb.float(), ks=list(KS))
+    return _scored(za.float(), zb.float())
 
 
 def frozen(train_pairs: int, test_pairs: int) -> dict[str, Any]:
     _, test = _splits(train_pairs, test_pairs)
     model = _st_model()
     wall = time.perf_counter()
-    scores = _st_scores(model, test)
+    scores, hits = _st_scores(model, test)
     return {"train_seconds": 0.0, "steps": 0, "eval_seconds": time.perf_counter() - wall,
-            "num_test": len(test), "metrics": scores}
+            "num_test": len(test), "metrics": scores, "hits@1": hits}
 
 
 def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
@@ -111,10 +134,10 @@ def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
         result = trainer.train()
         train_seconds = time.perf_counter() - wall
     wall = time.perf_counter()
-    scores = _st_scores(model, test)
+    scores, hits = _st_scores(model, test)
     return {"train_seconds": train_seconds, "steps": result.global_step,
             "train_loss": result.training_loss, "eval_seconds": time.perf_counter() - wall,
-            "num_test": len(test), "metrics": scores}
+            "num_test": len(test), "metrics": scores, "hits@1": hits}
 
 
 def crl_config(loss: str, batch: int, train_pairs: int) -> dict[str, Any]:
@@ -160,10 +183,10 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int) -> dict[
     built = build_run(cfg, torch.device("cpu"))
     built.model.load_state_dict(state["model"])
     za, zb = encode_split(built.model, built.model.prepare(test), batch_size=64)
-    scores = retrieval_metrics(za, zb, ks=list(KS))
+    scores, hits = _scored(za, zb)
     return {"train_seconds": train_seconds, "steps": result.step,
             "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
-            "config": crl_config(loss, batch, train_pairs), "metrics": scores,
+            "config": crl_config(loss, batch, train_pairs), "metrics": scores, "hits@1": hits,
             "last_log": json.loads(lines[-1]) if lines else None}
 
 
