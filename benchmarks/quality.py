@@ -201,7 +201,10 @@ def minilm_comparison(entries: dict[str, Any], margin: float = 0.01) -> dict[str
     table = {name: {k: recall(name, k) for k in ("x2y", "y2x")} for name in entries}
     goals: dict[str, Any] = {}
     for goal, (ours, theirs) in {"crl_b64_vs_st": ("crl_clip_b64", "sentence_transformers"),
-                                 "gcl_b16_vs_crl_b64": ("crl_gcl_b16", "crl_clip_b64")}.items():
+                                 "gcl_b16_vs_crl_b64": ("crl_gcl_b16", "crl_clip_b64"),
+                                 "gcl_b16_vs_clip_b16": ("crl_gcl_b16", "crl_clip_b16"),
+                                 "gcl_b16_tau07_vs_crl_b64": ("crl_gcl_b16_tau07",
+                                                              "crl_clip_b64")}.items():
         a, b = entries.get(ours, {}).get("hits@1"), entries.get(theirs, {}).get("hits@1")
         if a is None or b is None:
             continue

@@ -14,7 +14,11 @@ code and code -> docstring, among those pairs):
   run is stopped (``fit(stop_at=)``, with its checkpoint) after the pass, one step before a
   budget of pass + 1 steps, so that crl's own evaluation of the whole val and test splits is
   skipped; the checkpoint is then scored on the same test pairs as the others;
-- ``crl_gcl_b16``: the same with GCL (fixed temperature 0.05) at batch 16.
+- ``crl_gcl_b16``: the same with GCL (fixed temperature 0.05) at batch 16;
+- ``crl_clip_b16`` (optional, not in the default entries): the CLIP loss at batch 16, which
+  separates the effect of the batch size from that of the loss;
+- ``crl_gcl_b16_tau07`` (optional): GCL at batch 16 at temperature 0.07, the temperature the
+  CLIP loss trains at (its learnable scale starts at 1/0.07 and barely moves at lr 2e-5).
 
 Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
 
@@ -44,7 +48,8 @@ from crl.data.config import DataConfig
 from crl.eval import retrieval_metrics
 from crl.models.text import minilm_model_dir
 
-ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16")
+ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16", "crl_clip_b16",
+           "crl_gcl_b16_tau07")
 MAX_SEQ_LENGTH = 128
 LR = 2e-5
 WARMUP = 0.1
@@ -140,11 +145,14 @@ def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
             "num_test": len(test), "metrics": scores, "hits@1": hits}
 
 
-def crl_config(loss: str, batch: int, train_pairs: int) -> dict[str, Any]:
-    """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``)."""
+def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.05
+               ) -> dict[str, Any]:
+    """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``);
+    ``temperature`` is GCL's (the CLIP loss learns its scale from 1/0.07)."""
     steps = train_pairs // batch
     loss_section: dict[str, Any] = ({"name": "clip"} if loss == "clip" else
-                                    {"name": "gcl", "temperature": 0.05, "symmetric": True})
+                                    {"name": "gcl", "temperature": temperature,
+                                     "symmetric": True})
     return {
         "data": {"name": "pycode", "num_train": train_pairs},
         "model": {"kind": "transformer", "max_seq_length": MAX_SEQ_LENGTH, "pooling": "mean"},
@@ -158,7 +166,8 @@ def crl_config(loss: str, batch: int, train_pairs: int) -> dict[str, Any]:
     }
 
 
-def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int) -> dict[str, Any]:
+def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
+              temperature: float = 0.05) -> dict[str, Any]:
     """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored."""
     import yaml
 
@@ -171,7 +180,7 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int) -> dict[
     steps = train_pairs // batch
     with tempfile.TemporaryDirectory(prefix="crl-quality-") as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(crl_config(loss, batch, train_pairs)))
+        path.write_text(yaml.safe_dump(crl_config(loss, batch, train_pairs, temperature)))
         cfg = load_config(path)
         wall = time.perf_counter()
         result = fit(cfg, Path(tmp) / "run", progress=False, stop_at=steps)
@@ -186,7 +195,8 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int) -> dict[
     scores, hits = _scored(za, zb)
     return {"train_seconds": train_seconds, "steps": result.step,
             "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
-            "config": crl_config(loss, batch, train_pairs), "metrics": scores, "hits@1": hits,
+            "config": crl_config(loss, batch, train_pairs, temperature), "metrics": scores,
+            "hits@1": hits,
             "last_log": json.loads(lines[-1]) if lines else None}
 
 
@@ -199,6 +209,10 @@ def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
         return crl_entry("clip", 64, train_pairs, test_pairs)
     if entry == "crl_gcl_b16":
         return crl_entry("gcl", 16, train_pairs, test_pairs)
+    if entry == "crl_clip_b16":
+        return crl_entry("clip", 16, train_pairs, test_pairs)
+    if entry == "crl_gcl_b16_tau07":
+        return crl_entry("gcl", 16, train_pairs, test_pairs, temperature=0.07)
     raise SystemExit(f"unknown entry {entry!r}; choose from {', '.join(ENTRIES)}")
 
 
