@@ -21,7 +21,7 @@ repository root:
 
     .venv/bin/python benchmarks/quality.py [--skip-pycode] [--threads 1] [--set key=value ...]
     .venv/bin/python benchmarks/quality.py --skip-digits --skip-pycode --minilm \
-        [--minilm-entries frozen,sentence_transformers] [--train-pairs 1280] [--test-pairs 1000]
+        [--minilm-entries frozen,sentence_transformers] [--train-pairs 2560] [--test-pairs 2000]
 """
 
 from __future__ import annotations
@@ -231,9 +231,9 @@ def main() -> None:
     parser.add_argument("--minilm", action="store_true",
                         help="fine-tune all-MiniLM-L6-v2 with crl and sentence-transformers")
     parser.add_argument("--minilm-entries", default=",".join(MINILM_ENTRIES))
-    parser.add_argument("--train-pairs", type=int, default=1280,
+    parser.add_argument("--train-pairs", type=int, default=2560,
                         help="the fixed training subset of every MiniLM entry")
-    parser.add_argument("--test-pairs", type=int, default=1000,
+    parser.add_argument("--test-pairs", type=int, default=2000,
                         help="the fixed test subset (the first pairs of the test split)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="directory of the results files (default: runs/bench)")

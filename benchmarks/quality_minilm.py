@@ -22,7 +22,7 @@ code and code -> docstring, among those pairs):
 
 Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
 
-    .venv/bin/python benchmarks/quality_minilm.py frozen --train-pairs 1280 --test-pairs 1000
+    .venv/bin/python benchmarks/quality_minilm.py frozen --train-pairs 2560 --test-pairs 2000
 """
 
 from __future__ import annotations
@@ -219,8 +219,8 @@ def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("entry", choices=ENTRIES)
-    parser.add_argument("--train-pairs", type=int, default=1280)
-    parser.add_argument("--test-pairs", type=int, default=1000)
+    parser.add_argument("--train-pairs", type=int, default=2560)
+    parser.add_argument("--test-pairs", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
