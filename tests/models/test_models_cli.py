@@ -125,6 +125,10 @@ def test_export_and_encode_errors(tiny_bert: Path, tmp_path: Path) -> None:
     line = _one_line(runner.invoke(app, ["export", str(run), str(tmp_path / "o2"),
                                          "--format", "onnx"]))
     assert "unknown format 'onnx'" in line
+    line = _one_line(runner.invoke(app, ["export", str(run), str(tmp_path / "o4"),
+                                         "--tower", "query"]))
+    assert "`--tower` must be one of a, b, both; got 'query'" in line
+    assert not (tmp_path / "o4").exists()
     line = _one_line(runner.invoke(app, ["export", str(run), str(tmp_path)]))
     assert "already exists and is not an empty directory" in line
     line = _one_line(runner.invoke(app, ["encode", str(run), str(data), "--out",
