@@ -18,7 +18,9 @@ code and code -> docstring, among those pairs):
 - ``crl_clip_b16`` (optional, not in the default entries): the CLIP loss at batch 16, which
   separates the effect of the batch size from that of the loss;
 - ``crl_gcl_b16_tau07`` (optional): GCL at batch 16 at temperature 0.07, the temperature the
-  CLIP loss trains at (its learnable scale starts at 1/0.07 and barely moves at lr 2e-5).
+  CLIP loss trains at (its learnable scale starts at 1/0.07 and barely moves at lr 2e-5);
+- ``crl_gcl_pos_b16`` (optional): GCL at batch 16 with ``loss.gcl.include_positive: true`` (the
+  global form of InfoNCE; on a first visit, InfoNCE's gradient), temperature 0.05.
 
 Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
 
@@ -49,7 +51,7 @@ from crl.eval import retrieval_metrics
 from crl.models.text import minilm_model_dir
 
 ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16", "crl_clip_b16",
-           "crl_gcl_b16_tau07")
+           "crl_gcl_b16_tau07", "crl_gcl_pos_b16")
 MAX_SEQ_LENGTH = 128
 LR = 2e-5
 WARMUP = 0.1
@@ -145,14 +147,17 @@ def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
             "num_test": len(test), "metrics": scores, "hits@1": hits}
 
 
-def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.05
-               ) -> dict[str, Any]:
+def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.05,
+               include_positive: bool = False) -> dict[str, Any]:
     """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``);
-    ``temperature`` is GCL's (the CLIP loss learns its scale from 1/0.07)."""
+    ``temperature`` and ``include_positive`` are GCL's (the CLIP loss learns its scale from
+    1/0.07)."""
     steps = train_pairs // batch
     loss_section: dict[str, Any] = ({"name": "clip"} if loss == "clip" else
                                     {"name": "gcl", "temperature": temperature,
                                      "symmetric": True})
+    if include_positive:
+        loss_section["gcl"] = {"include_positive": True}
     return {
         "data": {"name": "pycode", "num_train": train_pairs},
         "model": {"kind": "transformer", "max_seq_length": MAX_SEQ_LENGTH, "pooling": "mean"},
@@ -167,7 +172,7 @@ def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.0
 
 
 def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
-              temperature: float = 0.05) -> dict[str, Any]:
+              temperature: float = 0.05, include_positive: bool = False) -> dict[str, Any]:
     """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored."""
     import yaml
 
@@ -180,7 +185,8 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
     steps = train_pairs // batch
     with tempfile.TemporaryDirectory(prefix="crl-quality-") as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(crl_config(loss, batch, train_pairs, temperature)))
+        config = crl_config(loss, batch, train_pairs, temperature, include_positive)
+        path.write_text(yaml.safe_dump(config))
         cfg = load_config(path)
         wall = time.perf_counter()
         result = fit(cfg, Path(tmp) / "run", progress=False, stop_at=steps)
@@ -195,7 +201,7 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
     scores, hits = _scored(za, zb)
     return {"train_seconds": train_seconds, "steps": result.step,
             "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
-            "config": crl_config(loss, batch, train_pairs, temperature), "metrics": scores,
+            "config": config, "metrics": scores,
             "hits@1": hits,
             "last_log": json.loads(lines[-1]) if lines else None}
 
@@ -213,6 +219,8 @@ def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
         return crl_entry("clip", 16, train_pairs, test_pairs)
     if entry == "crl_gcl_b16_tau07":
         return crl_entry("gcl", 16, train_pairs, test_pairs, temperature=0.07)
+    if entry == "crl_gcl_pos_b16":
+        return crl_entry("gcl", 16, train_pairs, test_pairs, include_positive=True)
     raise SystemExit(f"unknown entry {entry!r}; choose from {', '.join(ENTRIES)}")
 
 

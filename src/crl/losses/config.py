@@ -38,6 +38,8 @@ class GclOptions(_Section):
         decay_epochs: Epochs of the cosine decay (None: the number of epochs of the run).
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective.
+        include_positive: Count the positive among each anchor's candidates: ``u`` tracks the
+            global InfoNCE's inner mean instead of the negatives-only one (docs/theory.md §10).
     """
 
     gamma: float = Field(0.9, gt=0, le=1)
@@ -46,6 +48,7 @@ class GclOptions(_Section):
     decay_epochs: int | None = Field(None, ge=1)
     temperature_mode: Literal["fixed", "global_learnable", "per_sample"] = "fixed"
     rho: float = 6.5
+    include_positive: bool = False
 
 
 class OceOptions(_Section):

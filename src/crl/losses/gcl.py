@@ -64,6 +64,12 @@ class GlobalContrastiveLoss(PairObjective):
     - loss ``tau * mean_i g_hat_i / u_i`` with ``u`` detached after the update, averaged over the
       two directions when ``symmetric``.
 
+    With ``include_positive`` the positive is one of the anchor's candidates (``exp(0) = 1``
+    enters the mean, and the count): ``u`` then tracks the mean over the positive and the whole
+    negative set, the global form of InfoNCE (``tau log`` of it is InfoNCE up to a constant),
+    and a first visit gives exactly ``tau`` times InfoNCE's gradient, where the default
+    (positive-excluded) gives the decoupled loss's (docs/theory.md §10).
+
     Anchors with no in-batch negative contribute nothing and keep their ``u``; the mean runs over
     the anchors that have one. Hard negatives (``hard (B, H, D)``, view b) are further negatives
     of their anchor only, in the ``a -> b`` direction: they enter its inner mean ``g_hat_i`` and
@@ -94,6 +100,7 @@ class GlobalContrastiveLoss(PairObjective):
         gamma_min: Final gamma of the cosine schedule, in ``(0, 1]``.
         decay_epochs: Epochs of the cosine decay (required for ``"cosine"``).
         symmetric: Average the ``a -> b`` and ``b -> a`` directions.
+        include_positive: Count the positive among each anchor's candidates (above).
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
         min_temperature: Lower clamp of learnable temperatures.
@@ -128,6 +135,7 @@ class GlobalContrastiveLoss(PairObjective):
         gamma_min: float = 0.2,
         decay_epochs: int | None = None,
         symmetric: bool = True,
+        include_positive: bool = False,
         temperature_mode: TemperatureMode = "fixed",
         rho: float = 6.5,
         min_temperature: float = 1e-3,
@@ -162,6 +170,10 @@ class GlobalContrastiveLoss(PairObjective):
         self.gamma_min = float(gamma_min)
         self.decay_epochs = decay_epochs
         self.symmetric = bool(symmetric)
+        if not isinstance(include_positive, bool):
+            raise CrlTypeError(f"{_WHERE}: `include_positive` must be a bool; got "
+                               f"{describe(include_positive)}")
+        self.include_positive = include_positive
         self.rho = float(rho)
         self.min_temperature = float(min_temperature)
         nan = torch.full((self.num_samples,), math.nan, dtype=torch.float64)
@@ -183,8 +195,8 @@ class GlobalContrastiveLoss(PairObjective):
         decay = (g.decay_epochs or ctx.epochs or 1) if g.gamma_schedule == "cosine" else None
         return cls(ctx.num_samples, temperature=cfg.temperature, gamma=g.gamma,
                    gamma_schedule=g.gamma_schedule, gamma_min=g.gamma_min, decay_epochs=decay,
-                   symmetric=cfg.symmetric, temperature_mode=g.temperature_mode, rho=g.rho,
-                   block_size=cfg.block_size)
+                   symmetric=cfg.symmetric, include_positive=g.include_positive,
+                   temperature_mode=g.temperature_mode, rho=g.rho, block_size=cfg.block_size)
 
     @property
     def current_gamma(self) -> float:
@@ -206,7 +218,7 @@ class GlobalContrastiveLoss(PairObjective):
     def extra_repr(self) -> str:
         return (f"num_samples={self.num_samples}, temperature_mode={self.temperature_mode!r}, "
                 f"gamma={self.gamma}, gamma_schedule={self.gamma_schedule!r}, "
-                f"symmetric={self.symmetric}")
+                f"symmetric={self.symmetric}, include_positive={self.include_positive}")
 
     def _update(self, state: Tensor, index: Tensor, log_g_hat: Tensor) -> Tensor:
         """Write the moving average of ``log_g_hat (A,)`` into ``state[index]``; return log u."""
@@ -246,6 +258,9 @@ class GlobalContrastiveLoss(PairObjective):
             tau_a = tau_rows if tau_rows.dim() == 0 else tau_rows[has].unsqueeze(1)
             delta = (s - positive) / tau_a  # (A, B)
             allowed = negatives[has]
+            if self.include_positive:  # Delta_ii = 0: the positive adds exp(0) = 1
+                allowed = allowed.clone()
+                allowed[torch.arange(has.numel(), device=x.device), has + rows.start] = True
             count = allowed.sum(dim=1).to(delta.dtype)
             if extra is not None:  # anchor i's own hard negatives: (A, H) more columns
                 delta = torch.cat([delta, (hard_scores(anchors, extra[has]) - positive) / tau_a],
@@ -256,10 +271,10 @@ class GlobalContrastiveLoss(PairObjective):
             log_g_hat = masked_logsumexp(delta, allowed, dim=1) - torch.log(count)
         else:
             out = anchor_logsumexp(x[rows], y, 1.0 / tau_rows, offset=rows.start,
-                                   include_positive=False, negatives_mask=mask,
+                                   include_positive=self.include_positive, negatives_mask=mask,
                                    anchor_index=index[rows], candidate_index=index,
                                    block_size=self.block_size, extra=extra, check=False)
-            counted = out.counts > 0
+            counted = out.counts > int(self.include_positive)  # at least one negative
             has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
                 return self._nothing(x, y, tau).expand(0), counted
