@@ -20,7 +20,7 @@ code and code -> docstring, among those pairs):
 - ``crl_gcl_b16_tau07`` (optional): GCL at batch 16 at temperature 0.07, the temperature the
   CLIP loss trains at (its learnable scale starts at 1/0.07 and barely moves at lr 2e-5);
 - ``crl_gcl_pos_b16`` (optional): GCL at batch 16 with ``loss.gcl.include_positive: true`` (the
-  global form of InfoNCE; on a first visit, InfoNCE's gradient), temperature 0.05.
+  InfoNCE form; on a first visit, InfoNCE's gradient), temperature 0.05.
 
 Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
 

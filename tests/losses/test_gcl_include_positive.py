@@ -1,6 +1,6 @@
-"""GCL with the positive among each anchor's candidates (``include_positive``, the global form of
-InfoNCE): against the formula written as float64 loops, against InfoNCE's gradient on a first
-visit, tiled equal to dense, and through the config."""
+"""GCL with the positive among each anchor's candidates (``include_positive``: InfoNCE without
+its mini-batch bias): against the formula written as float64 loops, against InfoNCE's gradient
+on a first visit, tiled equal to dense, and through the config."""
 
 from __future__ import annotations
 

@@ -38,8 +38,9 @@ class GclOptions(_Section):
         decay_epochs: Epochs of the cosine decay (None: the number of epochs of the run).
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective.
-        include_positive: Count the positive among each anchor's candidates: ``u`` tracks the
-            global InfoNCE's inner mean instead of the negatives-only one (docs/theory.md §10).
+        include_positive: Count the positive among each anchor's candidates: GCL then
+            optimises InfoNCE (with the batch's number of negatives) instead of the decoupled,
+            positive-excluded loss (docs/theory.md §10).
     """
 
     gamma: float = Field(0.9, gt=0, le=1)

@@ -65,10 +65,11 @@ class GlobalContrastiveLoss(PairObjective):
       two directions when ``symmetric``.
 
     With ``include_positive`` the positive is one of the anchor's candidates (``exp(0) = 1``
-    enters the mean, and the count): ``u`` then tracks the mean over the positive and the whole
-    negative set, the global form of InfoNCE (``tau log`` of it is InfoNCE up to a constant),
-    and a first visit gives exactly ``tau`` times InfoNCE's gradient, where the default
-    (positive-excluded) gives the decoupled loss's (docs/theory.md §10).
+    enters the mean, and the count): for ``k_i`` batch negatives ``u_i`` then tracks
+    ``(1 + k_i gbar_i) / (1 + k_i)`` with ``gbar_i`` the mean over the whole negative set, so GCL
+    optimises InfoNCE with ``k_i`` negatives without its mini-batch bias, and a first visit
+    gives exactly ``tau`` times InfoNCE's gradient, where the default (positive-excluded) gives
+    the decoupled loss's (docs/theory.md §10).
 
     Anchors with no in-batch negative contribute nothing and keep their ``u``; the mean runs over
     the anchors that have one. Hard negatives (``hard (B, H, D)``, view b) are further negatives
