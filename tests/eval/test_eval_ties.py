@@ -64,3 +64,33 @@ def test_zero_shot_and_recall_at_1_use_the_same_rule(rows_a: list[int], rows_b: 
     a, b = basis[rows_a], basis[rows_b[:n]]
     recall = retrieval_metrics(a, b, ks=(1,))["retrieval/x2y_recall@1"]
     assert zero_shot(a, b, torch.arange(n)).accuracy == recall
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=3, max_size=9), st.integers(1, 4),
+       st.integers(0, 2))
+def test_retrieval_ranks_are_the_ranks_retrieval_metrics_averages(
+        rows: list[int], block: int, hard_count: int) -> None:
+    """Per-query ranks against a loop from the definition (1 + candidates scored at least the
+    positive, ties against it), with tiles and hard negatives; their means are the metrics."""
+    from crl.eval import retrieval_ranks
+
+    a = torch.nn.functional.one_hot(torch.tensor(rows), 4).double()  # many exact ties
+    b = a.flip(0) + 0.5 * a
+    hard = a[:, None, :].repeat(1, hard_count, 1) if hard_count else None
+    got = retrieval_ranks(a, b, block_size=block, hard=hard)
+    s = a @ b.T
+    for name, scores, extra in (("x2y", s, hard), ("y2x", s.T, None)):
+        want = []
+        for i in range(len(rows)):
+            others = [scores[i, j] for j in range(len(rows)) if j != i]
+            if extra is not None:
+                others += [a[i] @ extra[i, k] for k in range(extra.shape[1])]
+            want.append(1 + sum(bool(o >= scores[i, i]) for o in others))
+        assert got[name].tolist() == want
+    metrics = retrieval_metrics(a, b, ks=(1, 2), block_size=block, hard=hard)
+    for name in ("x2y", "y2x"):
+        for k in (1, 2):
+            assert metrics[f"retrieval/{name}_recall@{k}"] == float(
+                (got[name] <= k).double().mean())
+        assert metrics[f"retrieval/{name}_mean_rank"] == float(got[name].double().mean())

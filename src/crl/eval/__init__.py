@@ -11,6 +11,7 @@ from crl.eval.retrieval import (
     average_precision,
     mean_average_precision,
     retrieval_metrics,
+    retrieval_ranks,
 )
 from crl.eval.risk import heldout_contrastive_risk
 
@@ -26,6 +27,7 @@ __all__ = [
     "linear_probe",
     "mean_average_precision",
     "retrieval_metrics",
+    "retrieval_ranks",
     "uniformity",
     "zero_shot",
 ]

@@ -254,8 +254,21 @@ def retrieval_metrics(
         0.8333333333333334
     """
     where = "retrieval_metrics"
-    a, b = check_pair(where, a, b)
     ks = _check_ks(where, ks)
+    out: dict[str, float] = {}
+    for name, (ranks, aucs) in _directions(where, a, b, block_size, hard).items():
+        for k in ks:
+            out[f"retrieval/{name}_recall@{k}"] = float((ranks <= k).double().mean())
+        out[f"retrieval/{name}_auc"] = float(aucs.mean())
+        out[f"retrieval/{name}_mean_rank"] = float(ranks.double().mean())
+        out[f"retrieval/{name}_median_rank"] = float(ranks.double().quantile(0.5))
+    return out
+
+
+def _directions(where: str, a: Tensor, b: Tensor, block_size: int, hard: Tensor | None
+                ) -> dict[str, tuple[Tensor, Tensor]]:
+    """Checked inputs -> ``{"x2y": (ranks, aucs), "y2x": (ranks, aucs)}``, each ``(N,)``."""
+    a, b = check_pair(where, a, b)
     check_int_range(where, "block_size", block_size, 1, None)
     dtype = compute_dtype(a, b)
     a, b = a.detach().to(dtype), b.detach().to(dtype)
@@ -269,16 +282,33 @@ def retrieval_metrics(
         hard_above, hard_equal = hard_negative_counts(a, b, hard.detach().to(dtype))
         x2y_above, x2y_equal = x2y_above + hard_above, x2y_equal + hard_equal
         extra = int(hard.shape[1])
-    out: dict[str, float] = {}
-    for name, above, equal, more in (("x2y", x2y_above, x2y_equal, extra),
-                                     ("y2x", counts.y2x_above, counts.y2x_equal, 0)):
-        ranks, aucs = _ranks_and_aucs(above, equal, more)
-        for k in ks:
-            out[f"retrieval/{name}_recall@{k}"] = float((ranks <= k).double().mean())
-        out[f"retrieval/{name}_auc"] = float(aucs.mean())
-        out[f"retrieval/{name}_mean_rank"] = float(ranks.double().mean())
-        out[f"retrieval/{name}_median_rank"] = float(ranks.double().quantile(0.5))
-    return out
+    return {"x2y": _ranks_and_aucs(x2y_above, x2y_equal, extra),
+            "y2x": _ranks_and_aucs(counts.y2x_above, counts.y2x_equal, 0)}
+
+
+def retrieval_ranks(a: Tensor, b: Tensor, *, block_size: int = 1024,
+                    hard: Tensor | None = None) -> dict[str, Tensor]:
+    """The rank of each query's positive, both ways: what :func:`retrieval_metrics` averages.
+
+    Same scores, tiles, tie rule (a tie counts against the positive) and ``hard`` as
+    :func:`retrieval_metrics`; for comparing two models query by query on the same pairs.
+
+    Args:
+        a: ``(N, D)`` view-a embeddings.
+        b: ``(N, D)`` view-b embeddings; ``b[i]`` is the positive of ``a[i]``.
+        block_size: Side of the square tiles of scores computed at once (``>= 1``).
+        hard: ``(N, H, D)`` hard negatives of the ``x2y`` queries, or None.
+
+    Returns:
+        ``{"x2y": (N,) int64, "y2x": (N,) int64}``, ranks from 1 (best).
+
+    Example:
+        >>> a = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> retrieval_ranks(a, a)["x2y"].tolist()  # rows 0 and 1 tie their positive with a[2]
+        [2, 2, 1]
+    """
+    return {name: ranks for name, (ranks, _) in
+            _directions("retrieval_ranks", a, b, block_size, hard).items()}
 
 
 def _check_scores_positives(where: str, scores: Tensor, positives: Tensor) -> Tensor:
@@ -388,4 +418,5 @@ __all__ = [
     "average_precision",
     "mean_average_precision",
     "retrieval_metrics",
+    "retrieval_ranks",
 ]
