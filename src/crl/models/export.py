@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -26,12 +26,21 @@ from crl.errors import CrlValueError
 from crl.models.dual import DualEncoder
 from crl.models.towers import ResidualLinear, Tower
 from crl.models.transformer import TransformerEncoder, TransformerTokenizer
+from crl.rundir import fsync_directory
 
 ExportFormat = Literal["sentence-transformers"]
 FORMATS: tuple[str, ...] = ("sentence-transformers",)
 #: What to export: the query tower, the document tower, or both (one asymmetric model).
 ExportTower = Literal["a", "b", "both"]
 TOWERS: tuple[str, ...] = ("a", "b", "both")
+
+
+def check_tower(tower: object) -> ExportTower:
+    """``tower`` if it is one of :data:`TOWERS`, else a :class:`CrlValueError` naming it."""
+    if tower not in TOWERS:
+        raise CrlValueError(f"export: `--tower` must be one of {', '.join(TOWERS)}; got "
+                            f"{tower!r}")
+    return cast(ExportTower, tower)
 
 
 def _dense(head: nn.Module) -> Any | None:
@@ -134,9 +143,7 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CrlValueError(f"export: {out} already exists and is not an empty directory; "
                             "choose another OUT")
-    if tower not in TOWERS:
-        raise CrlValueError(f"export: `tower` must be one of {', '.join(TOWERS)}; got {tower!r}")
-    modules = sentence_transformer_modules(model, tower=tower, model_dir=model_dir)
+    modules = sentence_transformer_modules(model, tower=check_tower(tower), model_dir=model_dir)
     st = SentenceTransformer(modules=modules, device="cpu")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -145,6 +152,7 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(staging, out)
+        fsync_directory(out.parent)  # the rename survives a power loss, as every crl write
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -70,14 +70,12 @@ def export_run(run_dir: str | Path, out: str | Path, *,
         CrlValueError: for an unknown format, a model that cannot be exported or an ``out``
             that holds files.
     """
-    from crl.models.export import FORMATS, TOWERS, export_sentence_transformers
+    from crl.models.export import FORMATS, check_tower, export_sentence_transformers
     from crl.models.transformer import resolve_model_dir
 
     if format not in FORMATS:
         raise CrlValueError(f"export: unknown format {format!r}; formats: {', '.join(FORMATS)}")
-    if tower not in TOWERS:
-        raise CrlValueError(f"export: `--tower` must be one of {', '.join(TOWERS)}; got "
-                            f"{tower!r}")
+    check_tower(tower)  # before the run is loaded
     trained = load_trained(run_dir)
     if trained.config.model.kind != "transformer":
         raise CrlValueError(
