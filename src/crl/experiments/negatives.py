@@ -23,7 +23,12 @@ from crl.experiments import negatives_grid as grids
 from crl.experiments.metrics import metric_spec
 from crl.experiments.negatives_analysis import StudyFacts, build_analysis
 from crl.experiments.negatives_refine import plan_refinement
-from crl.experiments.negatives_setup import DATA_FILE, check_data, setup_section
+from crl.experiments.negatives_setup import (
+    DATA_FILE,
+    baseline_label,
+    check_data,
+    setup_section,
+)
 from crl.experiments.negatives_stats import REGIMES, estimate_cells
 from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import read_json, write_json
@@ -221,7 +226,7 @@ class NegativesStudy(Study):
         distinct = len({r["run_id"] for r in rows})
         facts = StudyFacts(setup_section(self, data, distinct), target,
                            test_size=data.get("test_size"), baseline=data.get("baseline"),
-                           baseline_label=data.get("baseline_label", "the untrained model"),
+                           baseline_label=baseline_label(data),
                            added=self.added)
         return build_analysis(rows, study_dir, spec=self.spec, tolerance=self.tolerance,
                               preset=self.preset, facts=facts)

@@ -11,6 +11,7 @@ from typing import Any
 from crl.experiments import negatives_text as text
 from crl.experiments.metrics import MetricSpec
 from crl.experiments.negatives_figures import plot_curves, plot_m_star, plot_regimes
+from crl.experiments.negatives_setup import UNTRAINED
 from crl.experiments.negatives_stats import REGIMES, ScalingLaw, estimate_cells, fit_law
 from crl.experiments.negatives_theory import theory_check, theory_text
 from crl.experiments.study import Analysis, Section, Table
@@ -36,7 +37,7 @@ class StudyFacts:
     target_n: int
     test_size: int | None = None
     baseline: float | None = None
-    baseline_label: str = "the untrained model"
+    baseline_label: str = UNTRAINED
     added: list[dict[str, Any]] = field(default_factory=list)
 
 

@@ -15,8 +15,7 @@ from crl.experiments.study import Figure
 
 
 def plot_curves(rows: list[dict[str, Any]], cells: list[CellEstimate], metric: str,
-                baseline: float | None, study_dir: Path, *,
-                baseline_label: str = "the untrained model") -> Figure:
+                baseline: float | None, study_dir: Path, *, baseline_label: str) -> Figure:
     """The metric against m/n (%) per n, one panel per regime, m* marked, and the baseline
     (the model before training) as a dashed line when there is one."""
     regimes = [r for r in REGIMES if any(row.get("regime") == r for row in rows)]

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from crl.experiments.negatives import NegativesStudy
 
 DATA_FILE = "data.json"
+#: The baseline's words when ``data.json`` names none (studies written before it did).
+UNTRAINED = "the untrained model"
 #: Model kinds over a pretrained backbone, and what their model before training is: the
 #: frozen or zero-shot baseline every run starts from.
 PRETRAINED = {
@@ -75,6 +77,11 @@ def _untrained_metric(cfg: Any, metric: str) -> float | None:
     return sum(nums) / len(nums) if nums else None
 
 
+def baseline_label(data: dict[str, Any]) -> str:
+    """What the baseline of a study's ``data.json`` is, in words."""
+    return str(data.get("baseline_label", UNTRAINED))
+
+
 def _words(section: dict[str, Any]) -> str:
     items = [f"{k.replace('_', ' ')} {v}" for k, v in section.items()
              if not isinstance(v, dict) and v is not None and k != "kind"]
@@ -114,7 +121,7 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
         paragraphs.append("The model has no pretrained backbone, so there is no zero-shot "
                           "baseline: an untrained model is at chance.")
     else:
-        paragraphs.append(f"Baseline: {data.get('baseline_label', 'the untrained model')} "
+        paragraphs.append(f"Baseline: {baseline_label(data)} "
                           f"scores {study.metric} = {data['baseline']:.3f} on the same test "
                           "pairs; the curves draw it as a dashed line.")
     rows = [[n, g.epochs(n), math.ceil(g.budget / min(g.batch_size, n)),
