@@ -17,3 +17,8 @@ class CrlValueError(CrlError, ValueError):
 
 class CrlTypeError(CrlError, TypeError):
     """A value has the wrong type."""
+
+
+class StaleRunError(CrlError):
+    """A run directory holds work (a checkpoint or a finished run) of another resolved config or
+    another crl version, so it cannot be resumed or returned for this config."""

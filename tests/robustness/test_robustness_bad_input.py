@@ -28,7 +28,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from crl.errors import CrlError, CrlTypeError, CrlValueError
+from crl.errors import CrlError, CrlTypeError, CrlValueError, StaleRunError
 from shared_tensors import make_pair
 
 # ----------------------------------------------------------------------------- the cases
@@ -500,11 +500,12 @@ CASES: list[Case] = [
          api=_empty_python_root),
     # --- run directories and checkpoints -----------------------------------------------------
     Case("run-dir-of-another-config", "API", "`fit(config, run_dir, resume=True)` where the "
-         "checkpoint was written by another config", CrlError, "belongs to config",
-         "resume with the config in run_dir/config.json, or choose another output directory",
+         "checkpoint was written by another config", StaleRunError, "belongs to config",
+         "resume with the config in run_dir/config.json, or choose another output directory "
+         "(a study starts such a run over)",
          api=_fit_resume("optim.lr=0.5")),
     Case("finished-run-of-another-config", "API", "`fit(..., resume=True)` on a finished run of "
-         "another config", CrlError, "holds the finished run",
+         "another config", StaleRunError, "holds the finished run",
          "choose another output directory", api=_fit_resume("optim.lr=0.5", finished=True)),
     Case("truncated-checkpoint", "API", "`fit(..., resume=True)` with a checkpoint cut to half",
          CrlError, "is truncated or corrupt", "delete checkpoint.pt to start the run over",

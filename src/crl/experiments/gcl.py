@@ -69,15 +69,14 @@ class GclStudy(Study):
 
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
         from crl.eval.risk import heldout_contrastive_risk
-        from crl.experiments.runs import load_trained
+        from crl.experiments.runs import fit_study_run, load_trained
         from crl.rundir import write_json
-        from crl.train import fit, validate_config
+        from crl.train import validate_config
         from crl.train.evaluation import encode_split
 
         config = validate_config(spec.config, origin=f"study gcl run {spec.run_id}")
         train_dir = run_dir / "train"
-        result = fit(config, train_dir, resume=(train_dir / "checkpoint.pt").exists(),
-                     progress=False)
+        result = fit_study_run(config, train_dir, resume=(train_dir / "checkpoint.pt").exists())
         built = load_trained(train_dir, config)
         za, zb = encode_split(built.model, built.train_ds, batch_size=4096)
         risk = heldout_contrastive_risk(za, zb, temperature=TAU)

@@ -147,14 +147,15 @@ class ImbalanceStudy(Study):
         if config["method"] == "supervised":
             scores, report = train_supervised(config)
         else:
-            from crl.experiments.runs import load_trained
-            from crl.train import fit, validate_config
+            from crl.experiments.runs import fit_study_run, load_trained
+            from crl.train import validate_config
 
             train_dir = run_dir / "train"
             train_cfg = validate_config(self.train_config(config), origin=spec.run_id)
-            result = fit(train_cfg, train_dir, resume=(train_dir / SUMMARY_FILE).exists()
-                         or (train_dir / "checkpoint.pt").exists()
-                         or (train_dir / "metrics.jsonl").exists(), progress=False)
+            result = fit_study_run(train_cfg, train_dir,
+                                   resume=(train_dir / SUMMARY_FILE).exists()
+                                   or (train_dir / "checkpoint.pt").exists()
+                                   or (train_dir / "metrics.jsonl").exists())
             scores = {"accuracy": float(result.summary["probe/linear_acc"]),
                       "balanced_accuracy": float(result.summary["probe/linear_balanced_acc"])}
             model = load_trained(train_dir, train_cfg).model

@@ -160,10 +160,11 @@ class NegativesStudy(Study):
         return RunSpec(config, tags, label=f"n{n}-m{m}-{run_regime[:3]}-s{seed}")
 
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
-        from crl.train import fit, validate_config
+        from crl.experiments.runs import fit_study_run
+        from crl.train import validate_config
 
-        fit(validate_config(spec.config, origin=f"study negatives run {spec.run_id}"), run_dir,
-            resume=resume, progress=False)
+        fit_study_run(validate_config(spec.config, origin=f"study negatives run {spec.run_id}"),
+                      run_dir, resume=resume)
 
     # -- state in the study directory -------------------------------------------------------
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from crl import __version__
-from crl.errors import CrlError
+from crl.errors import CrlError, StaleRunError
 from crl.rundir import atomic_write
 
 #: Keys every checkpoint has.
@@ -76,9 +76,9 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
         The state dict.
 
     Raises:
-        CrlError: if the file is missing, truncated or corrupt, holds anything but tensors and
-            plain values (refused without running any of it), or was written for another config
-            or another crl version. Nothing is changed on disk.
+        CrlError: if the file is missing, truncated or corrupt, or holds anything but tensors
+            and plain values (refused without running any of it); :class:`StaleRunError` if it
+            was written for another config or another crl version. Nothing is changed on disk.
     """
     path = Path(path)
     if not path.is_file():
@@ -113,12 +113,12 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
         raise CrlError(f"{path} is not a crl checkpoint (missing keys); delete it to "
                        "start over")
     if state["crl_version"] != __version__:
-        raise CrlError(
+        raise StaleRunError(
             f"checkpoint {path} was written by crl {state['crl_version']}, this is crl "
             f"{__version__}; resume it with that version or start a new run"
         )
     if config_hash is not None and state["config_hash"] != config_hash:
-        raise CrlError(
+        raise StaleRunError(
             f"checkpoint {path} belongs to config {state['config_hash']}, not to the "
             f"given config {config_hash}; resume with the config in {path.parent / 'config.json'}"
         )

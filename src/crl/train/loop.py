@@ -27,7 +27,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from crl import __version__, distributed
 from crl.env import environment_info
-from crl.errors import CrlError, CrlValueError
+from crl.errors import CrlError, CrlValueError, StaleRunError
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, read_json
 from crl.train.build import (
     BuiltRun,
@@ -70,7 +70,7 @@ def _open_run(run_dir: Path, run_id: str,
     if resume and (run_dir / SUMMARY_FILE).exists():
         done = read_json(run_dir / SUMMARY_FILE)
         if done.get("run_id") != run_id:
-            raise CrlError(f"resume: {run_dir} holds the finished run {done.get('run_id')}, "
+            raise StaleRunError(f"resume: {run_dir} holds the finished run {done.get('run_id')}, "
                            f"not this config ({run_id}); choose another --out")
         return RunResult(run_dir, done, int(done["step"]), True), None
     if resume:
@@ -107,9 +107,10 @@ def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         A :class:`RunResult`.
 
     Raises:
-        CrlError: on a non-empty run directory without ``resume``, a checkpoint of another config
-            or crl version, a corrupt checkpoint, or a non-finite loss (naming the step and the
-            last good checkpoint).
+        CrlError: on a non-empty run directory without ``resume``, a corrupt checkpoint, or a
+            non-finite loss (naming the step and the last good checkpoint).
+        StaleRunError: on resuming a checkpoint or finished run of another config or crl
+            version.
     """
     run_dir = Path(run_dir)
     run_id = config_hash(config)
