@@ -138,6 +138,23 @@ def gains_table(rows: list[dict[str, Any]], spec: MetricSpec, higher: bool) -> T
                    spec.points(g["gain_40_to_100"])] for g in rows])
 
 
+def range_verdict(alpha: float, ci: tuple[float, float],
+                  allowed: tuple[float, float] = PAPER.alpha_range) -> str:
+    """Where the fitted alpha and its 95% interval lie against the range the theory allows: the
+    interval decides (inside it, outside it, or overlapping it: not decided by these runs)."""
+    lo, hi = ci
+    span = f"the range the theory allows ({allowed[0]:g} to {allowed[1]:g})"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"its interval is not identified, so these runs cannot place it against {span}"
+    if allowed[0] <= lo and hi <= allowed[1]:
+        return f"inside {span}"
+    if hi < allowed[0] or lo > allowed[1]:
+        return f"outside {span}, interval included"
+    where = "inside" if allowed[0] <= alpha <= allowed[1] else "outside"
+    return (f"the point lies {where} {span} but its interval overlaps it: these runs neither "
+            "confirm nor rule out the theory's range")
+
+
 def comparison_text(cells: list[CellEstimate], laws: dict[str, ScalingLaw],
                     rows: list[dict[str, Any]], spec: MetricSpec) -> list[str]:
     """The comparison with the paper, in its units (points of the metric)."""
@@ -162,10 +179,8 @@ def comparison_text(cells: list[CellEstimate], laws: dict[str, ScalingLaw],
                    f"{max(located):.2f} (the paper: about {PAPER.saturation_fraction:g}).")
     for regime, law in laws.items():
         if math.isfinite(law.alpha):
-            lo, hi = law.alpha_ci
-            inside = PAPER.alpha_range[0] <= law.alpha <= PAPER.alpha_range[1]
-            out.append(f"Scaling ({regime}): alpha = {law.alpha:.2f} (95% CI {ci_text((lo, hi))}"
-                       f"), {'inside' if inside else 'outside'} the range the theory allows.")
+            out.append(f"Scaling ({regime}): alpha = {law.alpha:.2f} (95% CI "
+                       f"{ci_text(law.alpha_ci)}), {range_verdict(law.alpha, law.alpha_ci)}.")
         else:
             out.append(f"Scaling ({regime}): not identified ({law.reason}).")
     out.append("Our scale is far below the paper's (thousands of anchors on a CPU, not millions "
