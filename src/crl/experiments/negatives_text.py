@@ -149,7 +149,7 @@ def range_verdict(alpha: float, ci: tuple[float, float],
     if allowed[0] <= lo and hi <= allowed[1]:
         return f"inside {span}"
     if hi < allowed[0] or lo > allowed[1]:
-        return f"outside {span}, interval included"
+        return f"outside {span}, its whole interval included"
     where = "inside" if allowed[0] <= alpha <= allowed[1] else "outside"
     return (f"the point lies {where} {span} but its interval overlaps it: these runs neither "
             "confirm nor rule out the theory's range")

@@ -70,8 +70,9 @@ def _open_run(run_dir: Path, run_id: str,
     if resume and (run_dir / SUMMARY_FILE).exists():
         done = read_json(run_dir / SUMMARY_FILE)
         if done.get("run_id") != run_id:
-            raise StaleRunError(f"resume: {run_dir} holds the finished run {done.get('run_id')}, "
-                           f"not this config ({run_id}); choose another --out")
+            raise StaleRunError(f"resume: {run_dir} holds the finished run "
+                                f"{done.get('run_id')}, not this config ({run_id}); choose "
+                                "another --out")
         return RunResult(run_dir, done, int(done["step"]), True), None
     if resume:
         path = run_dir / CHECKPOINT_FILE
