@@ -13,7 +13,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from crl.errors import CrlValueError
 
@@ -92,3 +94,21 @@ def metric_spec(name: str) -> MetricSpec:
         raise CrlValueError(f"study: metric {name!r} has no declared direction; choose one of "
                             + ", ".join(sorted(METRICS)))
     return spec
+
+
+def metric_value(row: Mapping[str, Any], name: str) -> float | None:
+    """The value of metric ``name`` in a run's flat metrics ``row`` (a summary or a results
+    row), None when the row lacks it; ``recall@1`` is derived, the mean of the directions'
+    ``retrieval/x2y_recall@1`` and ``retrieval/y2x_recall@1`` the row has.
+
+    Example:
+        >>> metric_value({"retrieval/x2y_recall@1": 0.5, "retrieval/y2x_recall@1": 0.25},
+        ...              "recall@1")
+        0.375
+    """
+    if name == "recall@1":
+        values = [row.get("retrieval/x2y_recall@1"), row.get("retrieval/y2x_recall@1")]
+        nums = [float(v) for v in values if isinstance(v, (int, float))]
+        return sum(nums) / len(nums) if nums else None
+    value = row.get(name)
+    return float(value) if isinstance(value, (int, float)) else None

@@ -16,11 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from crl.errors import CrlValueError
 from crl.experiments import negatives_grid as grids
-from crl.experiments.metrics import metric_spec
+from crl.experiments.metrics import metric_spec, metric_value
 from crl.experiments.negatives_analysis import StudyFacts, build_analysis
 from crl.experiments.negatives_refine import plan_refinement
 from crl.experiments.negatives_setup import (
@@ -210,10 +208,9 @@ class NegativesStudy(Study):
         out = []
         for row in rows:
             row = dict(row)
-            if self.metric == "recall@1":
-                values = [row.get("retrieval/x2y_recall@1"), row.get("retrieval/y2x_recall@1")]
-                nums = [float(v) for v in values if isinstance(v, (int, float))]
-                row["recall@1"] = float(np.mean(nums)) if nums else float("nan")
+            if self.metric == "recall@1":  # derived: both directions' mean
+                value = metric_value(row, "recall@1")
+                row["recall@1"] = float("nan") if value is None else value
             out.append(row)
         return out
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from crl.errors import CrlValueError
+from crl.experiments.metrics import metric_value
 from crl.experiments.study import Section, Table
 
 if TYPE_CHECKING:
@@ -69,12 +70,7 @@ def _untrained_metric(cfg: Any, metric: str) -> float | None:
         metrics = evaluate(built.model, built.test_ds, cfg.eval.model_copy(
             update={"probe": False, "geometry": False, "risk": False}),
             temperature=cfg.loss.temperature)
-    if metric != "recall@1":
-        value = metrics.get(metric)
-        return float(value) if isinstance(value, (int, float)) else None
-    values = [metrics.get("retrieval/x2y_recall@1"), metrics.get("retrieval/y2x_recall@1")]
-    nums = [float(v) for v in values if isinstance(v, (int, float))]
-    return sum(nums) / len(nums) if nums else None
+    return metric_value(metrics, metric)
 
 
 def baseline_label(data: dict[str, Any]) -> str:
