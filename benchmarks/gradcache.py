@@ -51,7 +51,7 @@ def worker(batch: int, micro: int | None, threads: int) -> dict[str, Any]:
 
     from crl.data.base import DataInfo, TextPairDataset
     from crl.models import build_model
-    from crl.train.build import build_objective, build_optimizer, trainable
+    from crl.train.build import build_optimizer, run_objective, trainable
     from crl.train.config import TrainConfig
     from crl.train.step import train_step
 
@@ -67,8 +67,8 @@ def worker(batch: int, micro: int | None, threads: int) -> dict[str, Any]:
     model = build_model(config.model, info)
     data = model.prepare(TextPairDataset(_texts(batch, 40, 1), _texts(batch, 60, 2)))
     xa, xb = data.eval_views()
-    objective = build_objective(config, num_samples=batch, labels=None, epochs=1,
-                                num_classes=None)
+    objective = run_objective(config, num_samples=batch, labels=None, epochs=1,
+                              num_classes=None)
     optimizer = build_optimizer(config.optim, trainable([model, objective]))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     device = torch.device("cpu")

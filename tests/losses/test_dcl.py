@@ -13,8 +13,8 @@ from loss_reference import ref_logsumexp
 from torch import Tensor
 
 from crl.losses import LossConfig, build_objective
+from crl.losses.base import PairBatch
 from crl.losses.dcl import DecoupledContrastiveLoss
-from crl.losses.objective import PairBatch
 from crl.negatives import NegativesConfig, NegativeSets
 
 N, B, H, D = 30, 6, 2, 3

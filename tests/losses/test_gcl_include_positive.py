@@ -101,10 +101,10 @@ def test_tiled_equals_dense(masking: str) -> None:
 def test_the_config_option_reaches_the_loss_and_rejects_non_bools() -> None:
     from crl.errors import CrlTypeError
     from crl.train import load_config
-    from crl.train.build import build_objective
+    from crl.train.build import run_objective
 
     cfg = load_config("synthetic-gaussian", ["loss.name=gcl", "loss.gcl.include_positive=true"])
-    objective = build_objective(cfg, num_samples=10, labels=None, epochs=1, num_classes=None)
+    objective = run_objective(cfg, num_samples=10, labels=None, epochs=1, num_classes=None)
     assert objective.loss.include_positive is True
     assert "include_positive=True" in repr(objective.loss)
     with pytest.raises(CrlTypeError, match="include_positive"):

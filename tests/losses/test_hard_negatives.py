@@ -13,7 +13,7 @@ from loss_reference import ref_logsumexp
 from torch import Tensor
 
 from crl.losses import GlobalContrastiveLoss, LossConfig, build_objective
-from crl.losses.objective import LogitScaleInit, PairBatch
+from crl.losses.base import LogitScaleInit, PairBatch
 from crl.negatives import NegativesConfig, NegativeSets
 
 N, B, H, D = 40, 6, 2, 4

@@ -10,10 +10,10 @@ import torch
 
 from crl.errors import CrlValueError
 from crl.losses import OBJECTIVES, ClipLoss, LossConfig, build_objective, reduce_terms
-from crl.losses.objective import AnchorTerms, LogitScaleInit, PairBatch
+from crl.losses.base import AnchorTerms, LogitScaleInit, PairBatch
 from crl.models import ModelConfig
 from crl.negatives import NegativesConfig
-from crl.train.build import build_objective as build_run_objective
+from crl.train.build import run_objective as build_run_objective
 from crl.train.config import TrainConfig
 
 

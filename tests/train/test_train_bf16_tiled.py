@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 import crl.losses.tiled as tiled_module
 from crl.models import DualEncoder
-from crl.train.build import build_objective
+from crl.train.build import run_objective
 from crl.train.config import TrainConfig
 from crl.train.step import loss_and_gradients
 
@@ -39,8 +39,8 @@ def _setup(cfg: dict[str, Any]) -> tuple[DualEncoder, nn.Module, tuple[Tensor, .
 
     model = DualEncoder(tower(), tower())
     labels = torch.arange(N) % 4
-    objective = build_objective(TrainConfig.model_validate(cfg), num_samples=N, labels=labels,
-                                epochs=1, num_classes=4)
+    objective = run_objective(TrainConfig.model_validate(cfg), num_samples=N, labels=labels,
+                              epochs=1, num_classes=4)
     g = torch.Generator().manual_seed(1)
     index = torch.randperm(N, generator=g)[:B]
     xa = torch.randn(B, DIM, generator=g)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from crl.models import DualEncoder
-from crl.train.build import build_objective
+from crl.train.build import run_objective
 from crl.train.config import TrainConfig
 from crl.train.step import PRECISIONS, batch_loss, embed, loss_and_gradients
 
@@ -54,7 +54,7 @@ def _setup(name: str, dropout: float, *, seed: int = 0) -> tuple[DualEncoder, nn
     model = DualEncoder(_tower(dropout), _tower(dropout))
     labels_all = torch.arange(N) % 4
     cfg = TrainConfig.model_validate(LOSSES[name])
-    objective = build_objective(cfg, num_samples=N, labels=labels_all, epochs=2, num_classes=4)
+    objective = run_objective(cfg, num_samples=N, labels=labels_all, epochs=2, num_classes=4)
     g = torch.Generator().manual_seed(seed + 1)
     index = torch.randperm(N, generator=g)[:B]
     xa = torch.randn(B, DIM, generator=g)

@@ -14,7 +14,7 @@ import torch
 from crl.data.base import DataInfo, TextPairDataset
 from crl.models import build_model
 from crl.models.config import ModelConfig
-from crl.train.build import build_objective
+from crl.train.build import run_objective
 from crl.train.config import TrainConfig
 from crl.train.step import PRECISIONS, batch_loss, embed, loss_and_gradients
 
@@ -38,8 +38,8 @@ def _setup(model_dir: Path, checkpointing: bool) -> tuple[Any, Any, tuple]:
     model.train()  # BERT's dropout is on
     data = model.prepare(TextPairDataset(TEXTS_A, TEXTS_B))
     xa, xb = data.eval_views()
-    objective = build_objective(TrainConfig.model_validate({"loss": {"name": "clip"}}),
-                                num_samples=B, labels=None, epochs=1, num_classes=None)
+    objective = run_objective(TrainConfig.model_validate({"loss": {"name": "clip"}}),
+                              num_samples=B, labels=None, epochs=1, num_classes=None)
     return model, objective, (xa, xb, torch.arange(B), torch.full((B,), -1))
 
 

@@ -9,14 +9,14 @@ import torch
 from torch import Tensor, nn
 
 from crl.losses import (
-    TrainingObjective,
+    Objective,
     build_objective,
     clip_loss,
     contrastive_risk,
     info_nce,
     relaxed_kmeans,
 )
-from crl.losses.objective import LogitScaleInit
+from crl.losses.base import LogitScaleInit
 from crl.negatives import NegativesConfig, NegativeSets
 from crl.train import LossConfig
 from shared_tensors import make_pair
@@ -28,7 +28,7 @@ def _pair(seed: int, b: int = 8, d: int = 4) -> tuple[Tensor, Tensor]:
 
 def _objective(negatives: NegativesConfig | None = None, n: int = 100,
                labels: Tensor | None = None, logit_scale: LogitScaleInit | None = None,
-               **loss: object) -> TrainingObjective:
+               **loss: object) -> Objective:
     return build_objective(LossConfig(**loss), negatives or NegativesConfig(), num_samples=n,
                            labels=labels, logit_scale=logit_scale)
 

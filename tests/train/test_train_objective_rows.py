@@ -15,8 +15,8 @@ import torch
 
 from crl import distributed
 from crl.errors import CrlValueError
-from crl.losses import SigLipLoss, SupConLoss, TrainingObjective, build_objective
-from crl.losses.objective import LogitScaleInit
+from crl.losses import Objective, SigLipLoss, SupConLoss, build_objective
+from crl.losses.base import LogitScaleInit
 from crl.negatives import NegativesConfig
 from crl.train.config import LossConfig
 
@@ -34,7 +34,7 @@ def _features(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
     return za, zb, index, labels
 
 
-def _objective(loss: dict[str, Any], negatives: dict[str, Any]) -> TrainingObjective:
+def _objective(loss: dict[str, Any], negatives: dict[str, Any]) -> Objective:
     torch.manual_seed(0)
     labels = torch.randint(0, 3, (N_SAMPLES,), generator=torch.Generator().manual_seed(9))
     objective = build_objective(LossConfig(**loss), NegativesConfig(**negatives),
@@ -43,7 +43,7 @@ def _objective(loss: dict[str, Any], negatives: dict[str, Any]) -> TrainingObjec
     return objective.double()
 
 
-def _anchors_with_negatives(objective: TrainingObjective, index: torch.Tensor,
+def _anchors_with_negatives(objective: Objective, index: torch.Tensor,
                             labels: torch.Tensor) -> int:
     """What the ranks' counts add up to: anchors of the whole batch with a negative (SigLIP:
     every anchor; SupCon: both views of every item, each with its other view as a positive)."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from crl.losses import GlobalContrastiveLoss, build_objective
-from crl.losses.objective import LogitScaleInit
+from crl.losses.base import LogitScaleInit
 from crl.negatives import NegativesConfig
 from crl.train.config import LossConfig
 

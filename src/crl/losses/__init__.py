@@ -1,25 +1,32 @@
-"""Contrastive losses: pure functions on embeddings or score differences, and the training
-objectives as ``nn.Module`` s with one interface (per-anchor terms of the rows asked for, one
-reducer; :mod:`crl.losses.objective`), built once from a run's config by
-:func:`build_objective`.
+"""Contrastive losses: pure functions on embeddings or score differences, the registered losses
+as ``nn.Module`` s with one interface (:class:`PairLoss`: per-anchor terms of the rows asked for,
+one reducer; :mod:`crl.losses.base`), and a run's :class:`Objective` (the loss, the batch's
+negatives, the k-means regulariser), built once from its config by :func:`build_objective`.
 
 Embeddings are used as given (no normalisation inside a loss); ``a[i]`` and ``b[i]`` are a
 positive pair. See docs/theory.md §8 for the formulas.
 """
 
+from crl.losses.base import (
+    AnchorTerms,
+    LogitScaleInit,
+    LossContext,
+    PairBatch,
+    PairLoss,
+    reduce_terms,
+)
 from crl.losses.clip import ClipLoss
 from crl.losses.config import GclOptions, LossConfig, OceOptions
 from crl.losses.contrastive import InfoNCELoss
 from crl.losses.gcl import GlobalContrastiveLoss
 from crl.losses.infonce import clip_loss, contrastive_risk, info_nce
 from crl.losses.kmeans import RelaxedKMeans, relaxed_kmeans
-from crl.losses.objective import AnchorTerms, PairBatch, PairObjective, reduce_terms
+from crl.losses.objective import Objective, build_objective
 from crl.losses.oce import OCE_PHIS, PAIRWISE_LOSSES, OCELoss, PairwiseLoss, oce_risk, pairwise_risk
 from crl.losses.registry import OBJECTIVES
 from crl.losses.siglip import SigLipLoss, siglip_loss
 from crl.losses.supcon import SupConLoss, supcon_loss
 from crl.losses.tiled import TileMask, anchor_logsumexp
-from crl.losses.training import TrainingObjective, build_objective
 
 __all__ = [
     "OBJECTIVES",
@@ -30,17 +37,19 @@ __all__ = [
     "GclOptions",
     "GlobalContrastiveLoss",
     "InfoNCELoss",
+    "LogitScaleInit",
     "LossConfig",
+    "LossContext",
     "OCELoss",
+    "Objective",
     "OceOptions",
     "PairBatch",
-    "PairObjective",
+    "PairLoss",
     "PairwiseLoss",
     "RelaxedKMeans",
     "SigLipLoss",
     "SupConLoss",
     "TileMask",
-    "TrainingObjective",
     "anchor_logsumexp",
     "build_objective",
     "clip_loss",

@@ -16,9 +16,9 @@ from torch import Tensor, nn
 
 from crl._validation import check_finite_scalar, check_pair
 from crl.losses._common import hard_scores, other_direction
+from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.contrastive import info_nce_terms, uses_plain
 from crl.losses.infonce import clip_loss
-from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -29,7 +29,7 @@ CLIP_INIT_LOGIT_SCALE = math.log(1 / 0.07)
 CLIP_MAX_LOGIT_SCALE = math.log(100.0)
 
 
-class ClipLoss(PairObjective):
+class ClipLoss(PairLoss):
     """The CLIP loss with a learnable ``logit_scale`` (``scale = exp(logit_scale)``).
 
     ``logit_scale`` starts at ``log(1/0.07)`` (capped to the bounds) and is clamped to
@@ -73,7 +73,7 @@ class ClipLoss(PairObjective):
         self.block_size = block_size
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> ClipLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> ClipLoss:
         scale = ctx.logit_scale
         return cls(scale.init, math.log(scale.max_scale), scale.learnable, min_logit_scale=None,
                    symmetric=cfg.symmetric, block_size=cfg.block_size)

@@ -17,8 +17,8 @@ from torch import Tensor
 
 from crl._validation import check_positive
 from crl.losses._common import hard_scores, info_nce_rows, other_direction
+from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.infonce import info_nce
-from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
 from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
     return AnchorTerms(tuple(values), None if extra is not None else has)
 
 
-class InfoNCELoss(PairObjective):
+class InfoNCELoss(PairLoss):
     """InfoNCE / NT-Xent at a fixed temperature (:func:`~crl.losses.info_nce`), one way or
     both (``symmetric``).
 
@@ -117,7 +117,7 @@ class InfoNCELoss(PairObjective):
         self.block_size = block_size
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> InfoNCELoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> InfoNCELoss:
         return cls(cfg.temperature, cfg.symmetric, block_size=cfg.block_size)
 
     def forward(self, a: Tensor, b: Tensor,

@@ -15,11 +15,11 @@ import torch
 from torch import Tensor
 
 from crl._validation import check_pair, check_positive
-from crl.losses.objective import (
+from crl.losses.base import (
     AnchorTerms,
-    ObjectiveContext,
+    LossContext,
     PairBatch,
-    PairObjective,
+    PairLoss,
     reduce_terms,
 )
 from crl.losses.tiled import anchor_logsumexp
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from crl.losses.config import LossConfig
 
 
-class DecoupledContrastiveLoss(PairObjective):
+class DecoupledContrastiveLoss(PairLoss):
     """DCL at a fixed temperature, one way or both (``symmetric``); ``loss.name: dcl``.
 
     Args:
@@ -55,7 +55,7 @@ class DecoupledContrastiveLoss(PairObjective):
         self.block_size = block_size
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> DecoupledContrastiveLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> DecoupledContrastiveLoss:
         return cls(cfg.temperature, cfg.symmetric, block_size=cfg.block_size)
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:

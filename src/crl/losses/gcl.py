@@ -34,11 +34,11 @@ from crl._validation import (
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import anchor_negatives, expand_counted, hard_scores, masked_logsumexp
 from crl.losses._gcl_schedule import cosine_gamma
-from crl.losses.objective import (
+from crl.losses.base import (
     AnchorTerms,
-    ObjectiveContext,
+    LossContext,
     PairBatch,
-    PairObjective,
+    PairLoss,
     reduce_terms,
 )
 from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp, densify
@@ -51,7 +51,7 @@ TemperatureMode = Literal["fixed", "global_learnable", "per_sample"]
 _WHERE = "GlobalContrastiveLoss"
 
 
-class GlobalContrastiveLoss(PairObjective):
+class GlobalContrastiveLoss(PairLoss):
     """GCL with a per-sample, per-direction running estimate of the inner mean (SogCLR/FastCLIP).
 
     For anchor ``i`` of direction ``a -> b`` (and ``b -> a`` with ``a``, ``b`` swapped) with
@@ -191,7 +191,7 @@ class GlobalContrastiveLoss(PairObjective):
             self.temperature = nn.Parameter(torch.full((2, self.num_samples), float(temperature)))
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> GlobalContrastiveLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> GlobalContrastiveLoss:
         g = cfg.gcl
         decay = (g.decay_epochs or ctx.epochs or 1) if g.gamma_schedule == "cosine" else None
         return cls(ctx.num_samples, temperature=cfg.temperature, gamma=g.gamma,

@@ -1,209 +1,184 @@
-"""The one interface of every training objective: per-anchor terms for the rows asked for, and
-one reducer that turns them into the mean over anchors or a rank's share of it.
-
-An objective (:class:`PairObjective`) scores the anchors ``rows`` of a batch against all of its
-``B`` columns and returns, per direction (``a -> b``, and ``b -> a`` for a symmetric loss), one
-term per anchor, and which anchors count (those with a negative). :func:`reduce_terms` makes
-the loss from them (docs/distributed.md):
-
-    loss = world * (sum over directions of the sum over counted anchors) / K / (counted anchors
-           of the whole batch, added over ranks)
-
-with ``K`` directions. One process asks for every row (``world = 1``): the mean over counted
-anchors, averaged over directions. Under ``torchrun`` each rank asks for its own rows of the
-gathered batch; the mean of the ranks' values is then the loss of the global batch, and the
-gather's backward plus the trainer's gradient averaging give its gradient.
-
-This is pytorch-metric-learning's split of a loss into per-anchor values and a reducer; the
-objective is chosen once from the config (:func:`crl.losses.build_objective`), as open_clip's
-``create_loss`` does.
-"""
+"""The training objective of a run, built once from its ``loss`` and ``negatives`` sections
+(:func:`build_objective`): the registered loss, the batch's negatives and the optional relaxed
+k-means regulariser, reduced to the loss of a batch or a rank's share of it."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor, nn
 
 from crl import distributed
-from crl.losses.tiled import TileMask, runs_tiled
+from crl._validation import check_rows, compute_dtype, upcast
+from crl.errors import CrlValueError
+from crl.losses.base import (
+    LogitScaleInit,
+    LossContext,
+    PairBatch,
+    PairLoss,
+    reduce_terms,
+)
+from crl.losses.kmeans import RelaxedKMeans
+from crl.losses.registry import OBJECTIVES
+from crl.losses.tiled import TileMask, densify
+from crl.negatives import NegativesConfig, NegativeSets, build_negative_sets
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
 
 
-@dataclass(frozen=True)
-class LogitScaleInit:
-    """CLIP's learnable logit scale: initial ``log(1 / tau)``, the largest ``exp(logit_scale)``
-    and whether it is trained (the ``model`` section's ``init_logit_scale``,
-    ``max_logit_scale`` and ``learn_logit_scale``)."""
-
-    init: float = math.log(1 / 0.07)
-    max_scale: float = 100.0
-    learnable: bool = True
-
-
-@dataclass(frozen=True)
-class ObjectiveContext:
-    """What an objective needs to know of the run besides the ``loss`` section.
-
-    Attributes:
-        num_samples: Training pairs ``n`` (indices lie in ``[0, n)``).
-        labelled: Every training pair has a label (``>= 0``).
-        epochs: Epochs of the run (GCL's cosine gamma decay), or None.
-        num_classes: Classes of the data, or None.
-        logit_scale: CLIP's logit scale settings.
-    """
-
-    num_samples: int
-    labelled: bool = False
-    epochs: int | None = None
-    num_classes: int | None = None
-    logit_scale: LogitScaleInit = LogitScaleInit()
-
-
-@dataclass(frozen=True)
-class PairBatch:
-    """What an objective sees of a batch (the global batch under ``torchrun``).
-
-    Attributes:
-        za: ``(B, D)`` view-a embeddings.
-        zb: ``(B, D)`` view-b embeddings; ``zb[i]`` is the positive of ``za[i]``.
-        index: ``(B,)`` int64 dataset indices.
-        labels: ``(B,)`` labels or None.
-        rows: The anchors asked for, ``slice(start, stop)`` with ``0 <= start < stop <= B``;
-            anchor ``i``'s positive is column ``start + i``.
-        negatives: The rows' negatives among the ``B`` columns: an ``(h, B)`` bool mask
-            (``[i, j]``: sample ``index[j]`` is a negative of anchor ``index[start + i]``; it
-            serves both directions), a :class:`~crl.losses.TileMask` asked tile by tile (huge
-            blocks), or None (every other member).
-        hard: ``(B, H, D)`` view-b embeddings of each anchor's ``H`` hard negatives (extra
-            candidates of that anchor only, in the ``a -> b`` direction), or None.
-    """
-
-    za: Tensor
-    zb: Tensor
-    index: Tensor
-    labels: Tensor | None
-    rows: slice
-    negatives: Tensor | TileMask | None = None
-    hard: Tensor | None = None
-
-    @property
-    def size(self) -> int:
-        """``h``, the number of anchors asked for."""
-        return int(self.rows.stop) - int(self.rows.start)
-
-    @property
-    def whole(self) -> bool:
-        """True when every row of the batch is asked for (one process)."""
-        return self.size == self.za.shape[0]
-
-    def hard_rows(self) -> Tensor | None:
-        """``(h, H, D)``: the hard negatives of the rows asked for (None: none, or ``H = 0``)."""
-        if self.hard is None or self.hard.shape[1] == 0:
-            return None
-        return self.hard[self.rows]
-
-
-class AnchorTerms(NamedTuple):
-    """Per-anchor terms of the rows asked for.
-
-    Attributes:
-        values: One ``(h,)`` tensor per direction: each anchor's term.
-        counted: ``(h,)`` bool, the anchors that count (None: every one); the others' values are
-            ignored.
-    """
-
-    values: tuple[Tensor, ...]
-    counted: Tensor | None = None
-
-
-def reduce_terms(terms: AnchorTerms, world: int | None = None) -> Tensor:
-    """The loss of per-anchor terms: ``world`` times the rows' sum over counted anchors
-    (averaged over directions), over the number of counted anchors of all ranks together.
-
-    With one process (``world = 1``) this is the mean over counted anchors; without a counted
-    anchor it is 0 with a working graph.
+class BatchNegatives:
+    """Who is a negative of whom in a batch: the negative sets (asked without checks), the
+    other members with another label (``exclude_same_label``), or every other member (None).
 
     Args:
-        terms: The objective's :class:`AnchorTerms`.
-        world: Ranks that add up their counts (:func:`crl.distributed.all_reduce_sum`); None:
-            :func:`crl.distributed.world_size`.
-
-    Returns:
-        0-dim tensor.
-
-    Example:
-        >>> terms = AnchorTerms((torch.tensor([1.0, 2.0, 6.0]),), torch.tensor([True, True, False]))
-        >>> float(reduce_terms(terms))
-        1.5
-    """
-    world = distributed.world_size() if world is None else world
-    keep = terms.counted
-    total = terms.values[0].sum() if keep is None else terms.values[0][keep].sum()
-    for values in terms.values[1:]:
-        total = total + (values.sum() if keep is None else values[keep].sum())
-    if len(terms.values) > 1:
-        total = total / len(terms.values)
-    if world == 1:
-        return total / (terms.values[0].shape[0] if keep is None else keep.sum().clamp(min=1))
-    count = (torch.tensor(terms.values[0].shape[0], device=total.device) if keep is None
-             else keep.sum())
-    return total * world / distributed.all_reduce_sum(count).clamp(min=1)
-
-
-class PairObjective(nn.Module):
-    """Base class of the training objectives: :meth:`terms` of a :class:`PairBatch`.
-
-    A subclass holds its hyperparameters and learnable state (a logit scale and bias, GCL's
-    ``u``), is built from the ``loss`` section by :meth:`from_config` and registered by name in
-    :data:`crl.losses.registry.OBJECTIVES`. :meth:`terms` does no input checks (the trainer's
-    batches are valid by construction); the loss's public functions and ``forward`` check.
+        sets: The run's :class:`~crl.negatives.NegativeSets`, or None.
+        exclude_same_label: Without sets, drop same-label members (needs labels).
     """
 
-    #: Whether the loss accepts negative sets (``negatives.regime`` other than ``in_batch``).
-    accepts_negative_sets: ClassVar[bool] = True
-    #: Whether the loss takes hard negatives (``hard=``).
-    accepts_hard_negatives: ClassVar[bool] = False
-    #: Whether :meth:`terms` has the exact tiled path (``block_size``; large batches).
-    tiled_path: ClassVar[bool] = False
-    #: The tile side of that path (None: tiles only for large batches).
-    block_size: int | None = None
+    def __init__(self, sets: NegativeSets | None, exclude_same_label: bool = False) -> None:
+        self.sets = sets
+        self._trusted = None if sets is None else sets.trusted()
+        self.exclude_same_label = bool(exclude_same_label)
 
-    @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> PairObjective:
-        """The objective of a ``loss`` section."""
-        raise NotImplementedError
+    def __call__(self, index: Tensor, labels: Tensor | None, rows: slice
+                 ) -> Tensor | TileMask | None:
+        """The negatives of the anchors ``index[rows]`` among all of ``index``: an ``(h, B)``
+        bool mask, the sets themselves for a huge block, or None for every other member."""
+        if self._trusted is not None:
+            return densify(self._trusted, index[rows], index)
+        if self.exclude_same_label:
+            if labels is None:
+                raise CrlValueError("negatives.exclude_same_label needs the batch's labels; "
+                                    "got labels=None")
+            return labels[rows].unsqueeze(1) != labels.unsqueeze(0)
+        return None
 
-    def terms(self, batch: PairBatch) -> AnchorTerms:
-        """Per-anchor terms of ``batch.rows``."""
-        raise NotImplementedError
 
-    def tiles(self, rows: int, width: int) -> bool:
-        """Whether :meth:`terms` visits ``rows`` anchors against ``width`` columns in tiles
-        (:func:`crl.losses.tiled.runs_tiled`): then bfloat16 embeddings reach the exact kernel as
-        they are (bf16 tile products, float32 accumulation); every other path gets float32
-        embeddings from :class:`~crl.losses.TrainingObjective`."""
-        return self.tiled_path and runs_tiled(self.block_size, rows, width)
+class Objective(nn.Module):
+    """A run's objective: ``loss, logs = objective(za, zb, index, labels, rows=, hard=)``.
 
-    def logs(self) -> dict[str, float]:
-        """Scalars to log after a step (its learnable scale, GCL's gamma)."""
-        return {}
+    Holds the loss (submodule ``loss``, with its learnable state: CLIP's logit scale, SigLIP's
+    scale and bias, GCL's ``u`` and temperatures), so it is optimised and checkpointed with the
+    model. Calls check shapes only (no host synchronisation); the trainer calls
+    :meth:`after_step` after every optimiser step.
 
-    def risk_temperature(self) -> float:
+    Args:
+        loss: The registered loss (a :class:`~crl.losses.PairLoss`).
+        negatives: The batch's negatives.
+        regulariser: The relaxed k-means regulariser, or None.
+    """
+
+    def __init__(self, loss: PairLoss, negatives: BatchNegatives,
+                 regulariser: RelaxedKMeans | None = None) -> None:
+        super().__init__()
+        self.loss = loss
+        self.negatives = negatives
+        self.regulariser = regulariser
+
+    def forward(self, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None = None, *,
+                rows: slice | None = None, hard: Tensor | None = None
+                ) -> tuple[Tensor, dict[str, float]]:
+        """The loss of a batch (or this rank's share of it) and scalars to log.
+
+        Args:
+            za: ``(B, D)`` view-a embeddings (the global batch under ``torchrun``); bfloat16
+                ones are widened to float32 unless the loss runs tiled
+                (:meth:`~crl.losses.base.PairLoss.tiles`: bf16 tile products).
+            zb: ``(B, D)`` view-b embeddings; ``zb[i]`` is the positive of ``za[i]``.
+            index: ``(B,)`` int64 dataset indices.
+            labels: ``(B,)`` labels or None.
+            rows: This rank's anchors, a contiguous slice (None: every row).
+            hard: ``(B, H, D)`` hard negatives of each anchor (view b), or None.
+
+        Returns:
+            ``(loss, logs)``: a 0-dim tensor and a dict of floats. Over the ranks of a process
+            group the mean of the losses is the loss of the global batch.
+
+        Raises:
+            CrlValueError: on inconsistent shapes, a bad ``rows``, or hard negatives for a loss
+                that takes none.
+        """
+        batch = za.shape[0]
+        if za.dim() != 2 or zb.shape != za.shape or tuple(index.shape) != (batch,):
+            raise CrlValueError(f"objective: `za`, `zb` must be (B, D) and `index` (B,); got "
+                                f"{tuple(za.shape)}, {tuple(zb.shape)}, {tuple(index.shape)}")
+        if hard is not None:
+            if not self.loss.accepts_hard_negatives:
+                raise CrlValueError(f"objective: loss {type(self.loss).__name__} takes no hard "
+                                    "negatives (InfoNCE, CLIP and GCL do); got `hard`")
+            if hard.dim() != 3 or hard.shape[0] != batch or hard.shape[2] != za.shape[1]:
+                raise CrlValueError(f"objective: `hard` must be (B, H, D) = ({batch}, H, "
+                                    f"{za.shape[1]}); got {tuple(hard.shape)}")
+        rows = check_rows("objective", rows, batch)
+        wide = compute_dtype(za, zb)  # float32 for bfloat16 embeddings
+        if not self.loss.tiles(rows.stop - rows.start, batch):  # only the kernel takes bf16
+            za, zb = upcast(za, wide), upcast(zb, wide)
+            hard = None if hard is None else upcast(hard, wide)
+        terms = self.loss.terms(PairBatch(za, zb, index, labels, rows,
+                                          self.negatives(index, labels, rows), hard))
+        loss = reduce_terms(terms, distributed.world_size())
+        logs = self.loss.logs()
+        if self.regulariser is not None:
+            penalty, more = self.regulariser(upcast(za, wide), upcast(zb, wide))
+            loss = loss + penalty
+            logs.update(more)
+        return loss, logs
+
+    def temperature(self) -> float:
         """The temperature the loss currently works at (for the held-out contrastive risk)."""
-        raise NotImplementedError
+        return self.loss.risk_temperature()
 
     def set_epoch(self, epoch: int) -> None:
         """Tell epoch-dependent state (GCL's gamma schedule) the current epoch."""
+        self.loss.set_epoch(epoch)
 
     def after_step(self) -> None:
-        """Keep learnable scales in range; the trainer calls it after every optimiser step."""
+        """Clamp learnable scales and temperatures; call after every optimiser step."""
+        self.loss.after_step()
 
 
-__all__ = ["AnchorTerms", "LogitScaleInit", "ObjectiveContext", "PairBatch", "PairObjective",
-           "reduce_terms"]
+def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples: int,
+                    labels: Tensor | None = None, epochs: int | None = None,
+                    num_classes: int | None = None,
+                    logit_scale: LogitScaleInit | None = None) -> Objective:
+    """The training objective of a run's ``loss`` and ``negatives`` sections, chosen once.
+
+    Args:
+        loss: The ``loss`` section (``loss.name`` picks a class of
+            :data:`crl.losses.registry.OBJECTIVES`).
+        negatives: The ``negatives`` section.
+        num_samples: Training pairs ``n``.
+        labels: ``(n,)`` training labels (``-1`` or None: unlabelled).
+        epochs: Epochs of the run (GCL's cosine gamma decay).
+        num_classes: Classes of the data (the k-means regulariser's default ``k``).
+        logit_scale: CLIP's logit scale settings (the ``model`` section's
+            ``init_logit_scale``, ``max_logit_scale``, ``learn_logit_scale``); None: CLIP's.
+
+    Returns:
+        The :class:`Objective`.
+
+    Raises:
+        CrlValueError: for ``exclude_same_label`` without labels, or ``m > n``.
+
+    Example:
+        >>> import torch
+        >>> from crl.losses.config import LossConfig
+        >>> objective = build_objective(LossConfig(temperature=1.0, symmetric=False),
+        ...                             NegativesConfig(), num_samples=10)
+        >>> loss, logs = objective(torch.eye(3), torch.eye(3), torch.arange(3))
+        >>> round(float(loss), 4)
+        0.5514
+    """
+    labelled = labels is not None and bool((labels >= 0).all())
+    sets = build_negative_sets(negatives, num_samples, labels if labelled else None)
+    context = LossContext(num_samples, labelled, epochs, num_classes,
+                               logit_scale or LogitScaleInit())
+    regulariser = None
+    if loss.kmeans_weight > 0:
+        regulariser = RelaxedKMeans(loss.kmeans_weight, loss.kmeans_k or num_classes or 10)
+    return Objective(OBJECTIVES[loss.name].from_config(loss, context),
+                             BatchNegatives(sets, negatives.exclude_same_label), regulariser)
+
+
+__all__ = ["BatchNegatives", "Objective", "build_objective"]

@@ -30,8 +30,8 @@ from crl.losses._common import (
     masked_logsumexp,
     other_direction,
 )
+from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.contrastive import dense_negatives
-from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -228,12 +228,12 @@ def delta_terms(batch: PairBatch, symmetric: bool,
     return AnchorTerms(tuple(values), has)
 
 
-class OCELoss(PairObjective):
+class OCELoss(PairLoss):
     """The OCE risk (:func:`oce_risk`) of ``Delta_ij = s_ij - s_ii`` over each anchor's
     negatives, as a training objective.
 
     Example:
-        >>> from crl.losses.objective import PairBatch, reduce_terms
+        >>> from crl.losses.base import PairBatch, reduce_terms
         >>> loss = OCELoss("cvar", alpha=1.0, symmetric=False)
         >>> batch = PairBatch(torch.eye(3), torch.eye(3), torch.arange(3), None, slice(0, 3))
         >>> float(reduce_terms(loss.terms(batch), world=1))  # every Delta is -1
@@ -250,7 +250,7 @@ class OCELoss(PairObjective):
         self.symmetric = bool(symmetric)
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> OCELoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> OCELoss:
         return cls(cfg.oce.phi, temperature=cfg.temperature, alpha=cfg.oce.alpha,
                    symmetric=cfg.symmetric)
 
@@ -262,7 +262,7 @@ class OCELoss(PairObjective):
         return self.temperature
 
 
-class PairwiseLoss(PairObjective):
+class PairwiseLoss(PairLoss):
     """A pairwise AUC surrogate (:func:`pairwise_risk`) of ``Delta_ij = s_ij - s_ii`` over
     each anchor's negatives, as a training objective; ``temperature`` serves the held-out
     contrastive risk only."""
@@ -275,7 +275,7 @@ class PairwiseLoss(PairObjective):
         self.symmetric = bool(symmetric)
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> PairwiseLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> PairwiseLoss:
         return cls(cfg.pairwise_loss, temperature=cfg.temperature, symmetric=cfg.symmetric)
 
     def terms(self, batch: PairBatch) -> AnchorTerms:

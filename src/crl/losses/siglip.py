@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from crl._validation import check_finite_scalar, check_pair, check_positive, compute_dtype, upcast
 from crl.losses._common import anchor_negatives
+from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.contrastive import dense_negatives
-from crl.losses.objective import AnchorTerms, ObjectiveContext, PairBatch, PairObjective
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -61,7 +61,7 @@ def siglip_rows(logits: Tensor, negatives: Tensor, offset: int) -> Tensor:
     return positive - (F.logsigmoid(-logits) * negatives).sum(dim=1)
 
 
-class SigLipLoss(PairObjective):
+class SigLipLoss(PairLoss):
     """The SigLIP loss with learnable ``logit_scale`` (init ``log 10``) and ``logit_bias``
     (init -10), as in Zhai et al. 2023.
 
@@ -88,7 +88,7 @@ class SigLipLoss(PairObjective):
                                        requires_grad=learnable)
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> SigLipLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> SigLipLoss:
         return cls(learnable=cfg.learnable_scale)
 
     def clamp_(self) -> None:

@@ -10,11 +10,11 @@ from torch import Tensor
 from crl._validation import check_positive, check_tensor, compute_dtype, describe, upcast
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses._common import masked_logsumexp
-from crl.losses.objective import (
+from crl.losses.base import (
     AnchorTerms,
-    ObjectiveContext,
+    LossContext,
     PairBatch,
-    PairObjective,
+    PairLoss,
     reduce_terms,
 )
 
@@ -88,7 +88,7 @@ def supcon_terms(z: Tensor, groups: Tensor, anchors: Tensor, temperature: float 
     return AnchorTerms((values,), num_pos > 0)
 
 
-class SupConLoss(PairObjective):
+class SupConLoss(PairLoss):
     """:func:`~crl.losses.supcon_loss` with a fixed temperature.
 
     As a training objective the anchors are both views of the rows asked for, against both
@@ -110,7 +110,7 @@ class SupConLoss(PairObjective):
         self.use_labels = bool(use_labels)
 
     @classmethod
-    def from_config(cls, cfg: LossConfig, ctx: ObjectiveContext) -> SupConLoss:
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> SupConLoss:
         return cls(cfg.temperature, use_labels=ctx.labelled)
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:

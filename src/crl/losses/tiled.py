@@ -319,7 +319,7 @@ def anchor_logsumexp(
         check: Check the arguments (the default). False skips every check, including those
             that read tensor values and so wait for the device (finiteness, positive scales,
             dataset indices): for callers whose inputs are valid by construction, such as the
-            training objectives' :meth:`~crl.losses.objective.PairObjective.terms`.
+            training objectives' :meth:`~crl.losses.base.PairLoss.terms`.
 
     Returns:
         :class:`AnchorLogSumExp` ``(lse, positive, counts)``.

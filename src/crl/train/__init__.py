@@ -7,6 +7,7 @@ Example:
     ('info_nce', 5)
 """
 
+from crl.losses import Objective
 from crl.train.build import build_run
 from crl.train.checkpoint import load_checkpoint, save_checkpoint
 from crl.train.config import (
@@ -23,7 +24,6 @@ from crl.train.evaluation import evaluate_run
 from crl.train.loading import apply_overrides, load_config, preset_names, validate_config
 from crl.train.loading import smoke as smoke_config
 from crl.train.loop import RunResult, fit
-from crl.train.objective import Objective
 from crl.train.sampler import epoch_permutation
 from crl.train.step import NonFiniteLossError, train_step
 from crl.train.writer import RunWriter

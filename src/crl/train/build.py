@@ -20,10 +20,9 @@ from torch.optim import SGD, AdamW, Optimizer
 from crl import losses
 from crl.data import load_data
 from crl.errors import CrlValueError
-from crl.losses.objective import LogitScaleInit
+from crl.losses import LogitScaleInit, Objective
 from crl.models import DualEncoder, build_model
 from crl.train.config import OptimConfig, TrainConfig
-from crl.train.objective import Objective
 
 
 def seed_everything(seed: int) -> None:
@@ -77,14 +76,14 @@ def trainable(modules: list[nn.Module]) -> list[nn.Parameter]:
     return params
 
 
-def build_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | None,
-                    epochs: int, num_classes: int | None) -> Objective:
-    """The training objective of a config (the loss, its negatives and its learnable state)."""
-    scale = LogitScaleInit(config.model.init_logit_scale, config.model.max_logit_scale,
-                           config.model.learn_logit_scale)  # CLIP's logit scale lives in it
+def run_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | None,
+                  epochs: int, num_classes: int | None) -> Objective:
+    """:func:`crl.losses.build_objective` of a run config: its ``loss`` and ``negatives``
+    sections, with the ``model`` section's logit-scale settings (CLIP's scale lives in the
+    objective)."""
     return losses.build_objective(config.loss, config.negatives, num_samples=num_samples,
                                   labels=labels, epochs=epochs, num_classes=num_classes,
-                                  logit_scale=scale)
+                                  logit_scale=LogitScaleInit.of(config.model))
 
 
 @dataclass
@@ -119,18 +118,18 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
         raise CrlValueError(f"train.batch_size must be at most the number of training pairs "
                             f"n = {n}; got {config.train.batch_size}")
     total = config.train.total_steps(n)
-    objective = build_objective(config, num_samples=n, labels=train_ds.labels,
-                                epochs=math.ceil(total / per_epoch),
-                                num_classes=splits.info.num_classes).to(device)
+    objective = run_objective(config, num_samples=n, labels=train_ds.labels,
+                              epochs=math.ceil(total / per_epoch),
+                              num_classes=splits.info.num_classes).to(device)
     return BuiltRun(splits, model, objective, train_ds, val_ds, test_ds, per_epoch, total)
 
 
 __all__ = [
     "BuiltRun",
-    "build_objective",
     "build_optimizer",
     "build_run",
     "lr_factor",
+    "run_objective",
     "seed_everything",
     "trainable",
 ]

@@ -46,14 +46,14 @@ from torch.func import vmap
 
 from crl import distributed
 from crl.errors import CrlError, CrlValueError
+from crl.losses import Objective
 from crl.models import DualEncoder
 from crl.models.bag import EmbeddingBagEncoder
 from crl.models.towers import Tower
-from crl.train.build import BuiltRun, build_objective, build_run
+from crl.train.build import BuiltRun, build_run, run_objective
 from crl.train.checkpoint import rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash, stable_hash
 from crl.train.loop import RunResult, _open_run, _Training
-from crl.train.objective import Objective
 from crl.train.step import (
     _global_value,
     apply_gradients,
@@ -300,9 +300,9 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
     epochs = math.ceil(first.total_steps / first.steps_per_epoch)  # as build_run has it
 
     def objective(config: TrainConfig) -> Objective:
-        return build_objective(config, num_samples=len(first.train_ds),
-                               labels=first.train_ds.labels, epochs=epochs,
-                               num_classes=first.splits.info.num_classes).to(device)
+        return run_objective(config, num_samples=len(first.train_ds),
+                             labels=first.train_ds.labels, epochs=epochs,
+                             num_classes=first.splits.info.num_classes).to(device)
 
     objective(configs[0])  # does building an objective draw? (then states[0] holds draws)
     quiet = _same_rng(states[0], rng_state())

@@ -37,8 +37,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from crl import distributed
 from crl.errors import CrlError, CrlValueError
+from crl.losses import Objective
 from crl.models import DualEncoder
-from crl.train.objective import Objective
 
 #: The towers' autocast context of each ``train.precision``.
 PRECISIONS: dict[str, Callable[[torch.device], AbstractContextManager[Any]]] = {
