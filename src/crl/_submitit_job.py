@@ -16,19 +16,19 @@ import submitit
 
 
 class SubmititRun(submitit.helpers.Checkpointable):
-    """One run's job: :func:`crl.experiments.executors.run_task` on the task it carries.
+    """One run's job: :func:`crl.experiments.executors.base.run_task` on the task it carries.
 
     At the time limit, ``Checkpointable.checkpoint`` resubmits the same job (the run's own
     ``checkpoint.pt`` is its state), and submitit requeues it.
 
     Args:
-        payload: The :class:`~crl.experiments.executors.RunTask`, cloudpickled.
+        payload: The :class:`~crl.experiments.executors.base.RunTask`, cloudpickled.
     """
 
     def __init__(self, payload: bytes) -> None:
         self.payload = payload
 
     def __call__(self) -> Any:
-        from crl.experiments.executors import run_task
+        from crl.experiments.executors.base import run_task
 
         return run_task(cloudpickle.loads(self.payload))

@@ -155,7 +155,7 @@ def test_local_executor_continues_an_interrupted_grid(
 def test_ray_runs_an_interrupted_grid_to_the_local_summaries(
         tmp_path: Path, reference: Path) -> None:
     pytest.importorskip("ray")
-    from crl.experiments.executors_ray import RayExecutor
+    from crl.experiments.executors.ray import RayExecutor
 
     _ship_this_module()
     _, half = _interrupted_grid(tmp_path, reference)
@@ -182,7 +182,7 @@ def _signal_waiting_jobs(study_dir: Path, runs: set[str], stop: threading.Event)
 def test_submitit_jobs_at_their_time_limit_are_requeued_and_resume_to_the_local_summaries(
         tmp_path: Path, reference: Path) -> None:
     pytest.importorskip("submitit")
-    from crl.experiments.executors_submitit import SubmititExecutor
+    from crl.experiments.executors.submitit import SubmititExecutor
 
     _ship_this_module()
     done, half = _interrupted_grid(tmp_path, reference)
@@ -253,7 +253,7 @@ def test_slurm_flags_make_the_job_script(monkeypatch: pytest.MonkeyPatch, tmp_pa
     pytest.importorskip("submitit")
     from submitit.slurm.slurm import _make_sbatch_string
 
-    from crl.experiments import executors_submitit
+    from crl.experiments.executors import submitit as executors_submitit
 
     monkeypatch.setattr(executors_submitit.shutil, "which", lambda name: f"/usr/bin/{name}")
     settings = tmp_path / "slurm.yaml"

@@ -1,5 +1,5 @@
-"""Grouped runs in a study (crl.experiments.grouping): a study trained with its runs of one
-(n, seed) together writes the same metrics and summaries (what results.csv is made of) as
+"""Grouped runs in a study (crl.experiments.executors.grouping): a study trained with its runs
+of one (n, seed) together writes the same metrics and summaries (what results.csv is made of) as
 with --no-group, towers with layer norms group without batching, and a
 group that fails falls back to one run at a time."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from crl.cli import app
 from crl.experiments import get_study
-from crl.experiments.grouping import GROUP_ERROR_FILE, GroupTask, plan_tasks
+from crl.experiments.executors.grouping import GROUP_ERROR_FILE, GroupTask, plan_tasks
 from crl.experiments.runner import run_study
 from crl.rundir import METRICS_FILE, SUMMARY_FILE
 from crl.train import grouped

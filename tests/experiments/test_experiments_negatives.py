@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from crl.cli import app
 from crl.errors import CrlValueError
 from crl.experiments import get_study
-from crl.experiments.negatives import FRACTIONS_FULL, NegativesStudy
+from crl.experiments.negatives.study import FRACTIONS_FULL, NegativesStudy
 
 runner = CliRunner()
 

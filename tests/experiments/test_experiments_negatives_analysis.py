@@ -13,10 +13,10 @@ import pytest
 from crl.errors import CrlValueError
 from crl.experiments.metrics import METRICS, metric_spec
 from crl.experiments.negatives import NegativesStudy
-from crl.experiments.negatives_refine import plan_refinement
-from crl.experiments.negatives_stats import additive_means, censored_line, estimate_cells
-from crl.experiments.negatives_theory import THEORY_FILE, theory_check
-from crl.experiments.paper import PAPER
+from crl.experiments.negatives.paper import PAPER
+from crl.experiments.negatives.refine import plan_refinement
+from crl.experiments.negatives.stats import additive_means, censored_line, estimate_cells
+from crl.experiments.negatives.theory import THEORY_FILE, theory_check
 
 NS = (250, 500, 1000, 2000, 4000)
 FRACTIONS = tuple(float(f) for f in np.geomspace(0.01, 1.0, 13))
@@ -216,7 +216,7 @@ def test_law_point_fit_is_centred_in_its_bootstrap_on_a_coarse_grid() -> None:
     """On the quick preset's coarse m grid a located m* is only known up to a step of 4x; the
     point fit must sit inside its own bootstrap draws (raw quantiles, no clamping), and so must
     the recommendation at a larger n."""
-    from crl.experiments.negatives_stats import fit_law
+    from crl.experiments.negatives.stats import fit_law
 
     coarse = (0.01, 0.05, 0.1, 0.4, 1.0)
     rng = np.random.default_rng(3)

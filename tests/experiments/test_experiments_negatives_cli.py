@@ -124,7 +124,7 @@ def test_when_every_run_fails_the_message_says_how_many_and_the_first_error(
 
 def test_study_data_takes_every_format_crl_train_reads(tmp_path: Path) -> None:
     """`--data` accepts each file type of `data.name: files` and a save_to_disk directory."""
-    from crl.experiments.negatives_grid import data_section
+    from crl.experiments.negatives.grid import data_section
 
     for suffix in (".npz", ".jsonl", ".csv", ".tsv", ".parquet"):
         path = tmp_path / f"pairs{suffix}"

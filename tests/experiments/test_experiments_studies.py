@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crl.cli import app
-from crl.experiments.calibration import (
+from crl.experiments.studies.calibration import (
     HINGE_COUNTEREXAMPLE,
     build_model,
     model_spec,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crl.experiments.negatives_text import range_verdict
-from crl.experiments.paper import PAPER
+from crl.experiments.negatives.paper import PAPER
+from crl.experiments.negatives.text import range_verdict
 
 
 @pytest.mark.parametrize(("alpha", "ci", "start"), [

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from crl.errors import CrlValueError
-from crl.experiments.negatives_grid import GRIDS, default_run_config, model_section
+from crl.experiments.negatives.grid import GRIDS, default_run_config, model_section
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE
 from crl.train import fit, validate_config
 from crl.train.grouped import GroupingError, fit_group, group_key

@@ -69,7 +69,7 @@ def negatives(
     Example: crl study negatives --preset quick --data pycode --out runs
     """
     from crl.experiments.api import run_and_report
-    from crl.experiments.negatives_grid import parse_list
+    from crl.experiments.negatives.grid import parse_list
 
     outcome, analysis = run_and_report(
         "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,

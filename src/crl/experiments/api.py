@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
-from crl.experiments.executors import Executor, build_executor
+from crl.experiments.executors.base import Executor
+from crl.experiments.executors.registry import build_executor
 from crl.experiments.registry import get_study
 from crl.experiments.report import REPORT_FILE, build_report
 from crl.experiments.results import collect_rows
@@ -34,7 +35,7 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     says where the runs execute: ``"local"`` (the default), ``"submitit"``, ``"ray"``, or an
     :class:`~crl.experiments.executors.Executor` with its settings (docs/distributed.md).
     ``group_runs`` trains the runs that differ only in their negatives together on the local
-    executor (:mod:`crl.experiments.grouping`; ``--no-group``: one at a time).
+    executor (:mod:`crl.experiments.executors.grouping`; ``--no-group``: one at a time).
 
     Raises:
         CrlValueError: when some runs failed (how many, and the first failure's one-line

@@ -9,10 +9,10 @@ from crl.experiments.study import Study
 
 
 def _studies() -> dict[str, type[Study]]:
-    from crl.experiments.calibration import CalibrationStudy
-    from crl.experiments.gcl import GclStudy
-    from crl.experiments.imbalance import ImbalanceStudy
     from crl.experiments.negatives import NegativesStudy
+    from crl.experiments.studies.calibration import CalibrationStudy
+    from crl.experiments.studies.gcl import GclStudy
+    from crl.experiments.studies.imbalance import ImbalanceStudy
 
     studies: list[type[Study]] = [NegativesStudy, CalibrationStudy, ImbalanceStudy, GclStudy]
     return {s.name: s for s in studies}

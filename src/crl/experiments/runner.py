@@ -27,17 +27,17 @@ from rich.progress import (
 
 from crl.data.cache import prepare_data_caches
 from crl.errors import CrlValueError
-from crl.experiments.executors import (
+from crl.experiments.executors.base import (
     ERROR_FILE,
     SPEC_FILE,
     Executor,
-    LocalExecutor,
     RunTask,
     default_workers,
     execute_run,
     is_done,
 )
-from crl.experiments.grouping import plan_tasks
+from crl.experiments.executors.grouping import plan_tasks
+from crl.experiments.executors.local import LocalExecutor
 from crl.experiments.study import Study
 from crl.rundir import write_json
 
@@ -90,8 +90,8 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
         executor: Where the runs execute (default: ``LocalExecutor(workers)``); see
             :func:`crl.experiments.executors.build_executor`.
         group_runs: On the local executor, train the runs that differ only in their negatives
-            together (:mod:`crl.experiments.grouping`; the same run directories); False: one
-            run at a time.
+            together (:mod:`crl.experiments.executors.grouping`; the same run directories);
+            False: one run at a time.
 
     Returns:
         A :class:`StudyOutcome`; failed runs are listed there (their traceback is in

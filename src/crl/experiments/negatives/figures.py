@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from crl.experiments import plots
-from crl.experiments.negatives_stats import REGIMES, CellEstimate, ScalingLaw
-from crl.experiments.paper import PAPER
+from crl.experiments.negatives.paper import PAPER
+from crl.experiments.negatives.stats import REGIMES, CellEstimate, ScalingLaw
 from crl.experiments.study import Figure
 
 

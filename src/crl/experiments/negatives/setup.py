@@ -12,7 +12,7 @@ from crl.experiments.metrics import metric_value
 from crl.experiments.study import Section, Table
 
 if TYPE_CHECKING:
-    from crl.experiments.negatives import NegativesStudy
+    from crl.experiments.negatives.study import NegativesStudy
 
 DATA_FILE = "data.json"
 #: The baseline's words when ``data.json`` names none (studies written before it did).
@@ -59,8 +59,8 @@ def _untrained_metric(cfg: Any, metric: str) -> float | None:
     both directions); None when the evaluation does not produce it."""
     import torch
 
+    from crl.train import build_run
     from crl.train.evaluation import evaluate
-    from crl.train.loop import build_run
 
     built = build_run(cfg, torch.device("cpu"))
     if built.test_ds is None:

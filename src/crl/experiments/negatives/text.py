@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from crl.experiments.metrics import MetricSpec
-from crl.experiments.negatives_stats import GOOD_WIDTH, REGIMES, CellEstimate, ScalingLaw
-from crl.experiments.paper import PAPER
+from crl.experiments.negatives.paper import PAPER
+from crl.experiments.negatives.stats import GOOD_WIDTH, REGIMES, CellEstimate, ScalingLaw
 from crl.experiments.study import Table
 from crl.theory.scaling import CriticalMResult
 

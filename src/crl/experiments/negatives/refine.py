@@ -1,7 +1,7 @@
 """The second stage of ``crl study negatives``: more runs where a cell's m* interval is wide.
 
 A located cell whose interval spans more than one step of its swept m, or is wider than a factor
-:data:`~crl.experiments.negatives_stats.GOOD_WIDTH`, gets runs at the geometric midpoints of the
+:data:`~crl.experiments.negatives.stats.GOOD_WIDTH`, gets runs at the geometric midpoints of the
 swept m inside its interval (for every seed it has, so the new m stay paired); when the
 bootstrap over seeds itself disagrees on m* (noise, not the grid, is the problem) it also gets
 one more seed at every m it has. Cells are served widest first, each one whole or not at all,
@@ -14,7 +14,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from crl.experiments.negatives_stats import GOOD_WIDTH, CellEstimate
+from crl.experiments.negatives.stats import GOOD_WIDTH, CellEstimate
 
 #: Midpoints closer than this ratio to a swept m are not worth a run.
 MIN_STEP = 1.25
@@ -68,7 +68,7 @@ def plan_refinement(cells: list[CellEstimate], budget: int) -> list[Addition]:
     """The runs of the next refinement stage, at most ``budget`` of them.
 
     Example:
-        >>> from crl.experiments.negatives_stats import CellEstimate
+        >>> from crl.experiments.negatives.stats import CellEstimate
         >>> cell = CellEstimate("shared", 1000, (10, 100, 1000), (0, 1), (0.1, 0.3, 0.3),
         ...                     (0.0, 0.0, 0.0), 100, 100, 0.2, "located", 10.0, 100.0,
         ...                     (100, 100), ("located", "located"))

@@ -1,7 +1,7 @@
 """``crl study negatives``: how many negatives can this data use? (docs/negatives.md)
 
 The paper's experiment at our scale (Li, Wei, Yang and Ying, 2026; see
-:mod:`crl.experiments.paper`). For several numbers of anchors ``n`` (nested subsets of the
+:mod:`crl.experiments.negatives.paper`). For several numbers of anchors ``n`` (nested subsets of the
 training split), numbers of negatives per anchor ``m = f * n``, both regimes (each anchor its own
 negative set, or one set shared by all) and several seeds, a model is trained with the global
 contrastive loss at a fixed batch size (so ``m`` does not depend on the batch) for a fixed budget
@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
-from crl.experiments import negatives_grid as grids
 from crl.experiments.metrics import metric_spec, metric_value
-from crl.experiments.negatives_analysis import StudyFacts, build_analysis
-from crl.experiments.negatives_refine import plan_refinement
-from crl.experiments.negatives_setup import (
+from crl.experiments.negatives import grid as grids
+from crl.experiments.negatives.analysis import StudyFacts, build_analysis
+from crl.experiments.negatives.refine import plan_refinement
+from crl.experiments.negatives.setup import (
     DATA_FILE,
     baseline_label,
     check_data,
     setup_section,
 )
-from crl.experiments.negatives_stats import REGIMES, estimate_cells
+from crl.experiments.negatives.stats import REGIMES, estimate_cells
 from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import read_json, write_json
 
@@ -64,7 +64,7 @@ class NegativesStudy(Study):
     name = "negatives"
     description = "How many negatives per anchor can this data use? m*(n) with intervals."
     #: ``execute`` is ``fit`` of the spec's config: runs of one (n, seed) may train together
-    #: (crl.experiments.grouping).
+    #: (crl.experiments.executors.grouping).
     fit_runs = True
 
     def __init__(self, preset: str = "quick", *, data: str = "pycode", config: str | None = None,

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crl.experiments import negatives_text as text
 from crl.experiments.metrics import MetricSpec
-from crl.experiments.negatives_figures import plot_curves, plot_m_star, plot_regimes
-from crl.experiments.negatives_setup import UNTRAINED
-from crl.experiments.negatives_stats import REGIMES, ScalingLaw, estimate_cells, fit_law
-from crl.experiments.negatives_theory import theory_check, theory_text
+from crl.experiments.negatives import text
+from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
+from crl.experiments.negatives.setup import UNTRAINED
+from crl.experiments.negatives.stats import REGIMES, ScalingLaw, estimate_cells, fit_law
+from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.study import Analysis, Section, Table
 from crl.theory.scaling import fit_critical_m
 

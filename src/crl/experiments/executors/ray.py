@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
-from crl.experiments.executors import (
+from crl.experiments.executors.base import (
     Executor,
     RunOutcome,
     RunTask,

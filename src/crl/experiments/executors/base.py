@@ -1,4 +1,4 @@
-"""Where a study's runs execute: one small interface, three engines, chosen once.
+"""What every executor shares: the task of one run, its outcome, the worker, the lock.
 
 A study is a grid of independent runs whose whole state lives in their run directories (a run
 whose ``summary.json`` exists is done; one with a checkpoint resumes from it; one being executed
@@ -7,10 +7,11 @@ logic of crl's own: an :class:`Executor` is handed :class:`RunTask` objects, run
 :func:`run_task` on each somewhere, and yields each :class:`RunOutcome` as it comes back.
 :func:`run_task` (the lock, the fit, the summary) is the same function under every engine:
 
-- ``local``: :class:`LocalExecutor`, a process pool on this machine (the default);
-- ``submitit``: :class:`~crl.experiments.executors_submitit.SubmititExecutor`, a Slurm job array
+- ``local``: :class:`~crl.experiments.executors.local.LocalExecutor`, a process pool on this
+  machine (the default);
+- ``submitit``: :class:`~crl.experiments.executors.submitit.SubmititExecutor`, a Slurm job array
   through submitit, each run a job that is requeued after its time limit and resumes;
-- ``ray``: :class:`~crl.experiments.executors_ray.RayExecutor`, Ray tasks on a local Ray or a
+- ``ray``: :class:`~crl.experiments.executors.ray.RayExecutor`, Ray tasks on a local Ray or a
   cluster.
 
 See docs/distributed.md, "Studies on a Slurm or Ray cluster".
@@ -21,18 +22,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import importlib
-import multiprocessing
 import os
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import IO, ClassVar
 
-from crl._validation import check_choice
 from crl.errors import CrlError, CrlValueError
 from crl.experiments.study import RunSpec, Study
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
@@ -40,8 +38,6 @@ from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
 SPEC_FILE = "spec.json"
 ERROR_FILE = "error.txt"
 LOCK_FILE = ".lock"
-#: The executors by name (``crl study NAME --executor KIND``).
-EXECUTORS: tuple[str, ...] = ("local", "submitit", "ray")
 #: The optional extra that installs each engine.
 EXTRAS = {"submitit": ("submitit", "slurm"), "ray": ("ray", "ray")}
 
@@ -85,7 +81,18 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / SUMMARY_FILE).exists()
 
 
-def _lock(handle: Any, run_dir: Path) -> None:
+def lock_run(handle: IO[bytes], run_dir: Path) -> None:
+    """Hold an exclusive lock on the run's open lock file (``<run>/.lock``) until it is unlocked
+    or closed, waiting while another live attempt (an orphaned worker, a job still running on
+    the cluster) holds it.
+
+    Args:
+        handle: ``<run>/.lock``, opened for writing.
+        run_dir: The run directory (named in the error).
+
+    Raises:
+        CrlError: when the file system has no working ``flock`` (the message says which).
+    """
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)  # waits for another live attempt at this run
     except OSError as exc:
@@ -101,7 +108,7 @@ def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
     """Run one grid point under its lock; returns False when it was already done."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / LOCK_FILE, "a+b") as lock:
-        _lock(lock, run_dir)
+        lock_run(lock, run_dir)
         try:
             if is_done(run_dir):
                 return False
@@ -205,111 +212,3 @@ class Executor(ABC):
             CrlValueError: when the tasks cannot run with this executor's settings (checked
                 before any of them starts).
         """
-
-
-class LocalExecutor(Executor):
-    """A process pool on this machine: ``workers`` runs at once, each with ``cores // workers``
-    torch threads (``workers=1``: one run after the other in this process)."""
-
-    kind = "local"
-
-    def __init__(self, workers: int | None = None) -> None:
-        self.workers = default_workers() if workers is None else workers
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise CrlValueError(f"--workers must be an integer >= 1; got {workers!r}")
-
-    def run(self, tasks: Sequence[RunTask], study_dir: Path) -> Iterator[RunOutcome]:
-        """Also takes groups of runs (:class:`crl.experiments.grouping.GroupTask`)."""
-        if self.workers == 1 or len(tasks) <= 1:
-            for task in tasks:
-                yield from run_tasks(task)
-            return
-        threads = max(1, default_workers() // self.workers)
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
-            futures: dict[Future[list[RunOutcome]], RunTask] = {
-                pool.submit(run_tasks, replace(task, threads=threads)): task for task in tasks}
-            remaining = set(futures)
-            try:
-                while remaining:
-                    done, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        yield from _outcomes(future, futures[future])
-            except BaseException:  # Ctrl-C, or the caller stopped listening
-                for future in remaining:
-                    future.cancel()
-                raise
-
-
-def run_tasks(task: Any) -> list[RunOutcome]:
-    """:func:`run_task` of a :class:`RunTask`, or the outcomes of a group of runs (an object
-    with ``run()``: :class:`crl.experiments.grouping.GroupTask`)."""
-    return [run_task(task)] if isinstance(task, RunTask) else list(task.run())
-
-
-def _outcomes(future: Future[list[RunOutcome]], task: Any) -> list[RunOutcome]:
-    try:
-        return future.result()
-    except Exception as exc:  # the worker process died (BrokenProcessPool)
-        pairs = ([(task.spec, task.run_dir)] if isinstance(task, RunTask)
-                 else list(zip(task.specs, task.run_dirs, strict=True)))
-        return [RunOutcome(spec.run_id, False, record_failure(run_dir, exc))
-                for spec, run_dir in pairs]
-
-
-#: The executor each engine-specific flag belongs to.
-_FLAG_ENGINES = {"--slurm-partition": "submitit", "--slurm-time": "submitit",
-                 "--slurm-gpus-per-run": "submitit", "--slurm-setup": "submitit",
-                 "--slurm-parameters": "submitit", "--ray-address": "ray",
-                 "--gpus-per-run": "ray"}
-
-
-def build_executor(kind: str = "local", *, workers: int | None = None,
-                   slurm_partition: str | None = None, slurm_time: str | None = None,
-                   slurm_gpus_per_run: int | None = None, slurm_setup: Sequence[str] = (),
-                   slurm_parameters: str | Path | None = None, ray_address: str | None = None,
-                   gpus_per_run: int | None = None) -> Executor:
-    """The executor of ``crl study NAME --executor KIND`` and its flags (the same names).
-
-    Args:
-        kind: ``local``, ``submitit`` or ``ray``.
-        workers: ``local``: parallel runs (default: the cores); ``submitit``: at most this many
-            jobs of the array at once; ``ray``: the CPUs of the local Ray started for the study.
-        slurm_partition: ``submitit``: the partition of the jobs.
-        slurm_time: ``submitit``: each job's time limit (minutes or ``[days-]hh:mm:ss``).
-        slurm_gpus_per_run: ``submitit``: GPUs of each job (with ``--device cuda``).
-        slurm_setup: ``submitit``: shell lines run before each job.
-        slurm_parameters: ``submitit``: a YAML file of more submitit parameters.
-        ray_address: ``ray``: a running Ray cluster (default: start a local one).
-        gpus_per_run: ``ray``: GPUs reserved by each run (with ``--device cuda``).
-
-    Raises:
-        CrlValueError: for an unknown kind, a flag of another executor, bad settings, or an
-            engine that is not installed (the message names the extra that installs it).
-
-    Example:
-        >>> build_executor("local", workers=2).workers
-        2
-    """
-    check_choice("crl study", "--executor", kind, EXECUTORS)
-    given = {"--slurm-partition": slurm_partition, "--slurm-time": slurm_time,
-             "--slurm-gpus-per-run": slurm_gpus_per_run, "--slurm-setup": list(slurm_setup),
-             "--slurm-parameters": slurm_parameters, "--ray-address": ray_address,
-             "--gpus-per-run": gpus_per_run}
-    foreign = [flag for flag, value in given.items()
-               if value not in (None, []) and _FLAG_ENGINES[flag] != kind]
-    if foreign:
-        raise CrlValueError(f"{', '.join(foreign)}: a setting of --executor "
-                            f"{_FLAG_ENGINES[foreign[0]]}, not of --executor {kind}")
-    if kind == "local":
-        return LocalExecutor(workers)
-    require_extra(kind)
-    if kind == "submitit":
-        from crl.experiments.executors_submitit import SubmititExecutor
-
-        return SubmititExecutor(partition=slurm_partition, time_limit=slurm_time,
-                                gpus_per_run=slurm_gpus_per_run or 0, setup=slurm_setup,
-                                parameters=slurm_parameters, array_parallelism=workers)
-    from crl.experiments.executors_ray import RayExecutor
-
-    return RayExecutor(ray_address, num_cpus=workers, gpus_per_run=gpus_per_run or 0)

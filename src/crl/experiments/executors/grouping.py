@@ -23,13 +23,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from crl.experiments.executors import (
+from crl.experiments.executors.base import (
     LOCK_FILE,
     SPEC_FILE,
     RunOutcome,
     RunTask,
-    _lock,
     is_done,
+    lock_run,
     run_task,
 )
 from crl.experiments.study import RunSpec, Study
@@ -109,7 +109,7 @@ def _train_together(task: GroupTask) -> None:
         for run_dir in sorted(task.run_dirs):  # one order everywhere: no deadlock
             run_dir.mkdir(parents=True, exist_ok=True)
             handle = stack.enter_context(open(run_dir / LOCK_FILE, "a+b"))
-            _lock(handle, run_dir)
+            lock_run(handle, run_dir)
             stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
         todo = [(s, d) for s, d in zip(task.specs, task.run_dirs, strict=True)
                 if not is_done(d) and _fresh(d)]

@@ -29,7 +29,7 @@ import yaml
 
 from crl._submitit_job import SubmititRun
 from crl.errors import CrlValueError
-from crl.experiments.executors import (
+from crl.experiments.executors.base import (
     Executor,
     RunOutcome,
     RunTask,
