@@ -1,7 +1,7 @@
 """The tiled losses equal the plain ones (value and every gradient), and their inputs are checked.
 
-The plain losses of ``crl.losses.infonce`` are themselves tested against the float64 loop
-references (``test_losses_parity.py``); here ``info_nce`` / ``clip_loss`` with a ``block_size``
+The plain losses of ``crl.losses.functional.infonce`` are themselves tested against the float64
+loop references (``test_losses_parity.py``); here ``info_nce`` / ``clip_loss`` with a ``block_size``
 (the tiled kernel) are compared with them, the negatives-only log-sum-exp of
 :func:`crl.losses.anchor_logsumexp` with a dense formula written from docs/theory.md §10, and
 bfloat16 inputs (bf16 products, float32 reductions) with float64.

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from crl._validation import check_finite_scalar, check_pair
 from crl.losses._common import hard_scores, other_direction
 from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
-from crl.losses.contrastive import info_nce_terms, uses_plain
-from crl.losses.infonce import clip_loss
+from crl.losses.functional.infonce import clip_loss
+from crl.losses.infonce import info_nce_terms, uses_plain
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig

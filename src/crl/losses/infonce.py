@@ -1,177 +1,139 @@
-"""InfoNCE, the CLIP loss and the positive-excluded contrastive risk (docs/theory.md §8).
+"""InfoNCE as a registered loss: per-anchor terms of the rows asked for, plain or tiled, with
+negative sets and hard negatives (docs/theory.md §8).
 
-All functions take paired embeddings ``a (B, D)`` and ``b (B, D)``, with ``b[i]`` the positive of
-``a[i]``, use them as given (no normalisation), and return the mean over anchors as a 0-dim tensor.
-Half-precision inputs are computed in float32.
+Anchor ``i`` of direction ``a -> b`` has the logits ``L_ij = s_ij / tau`` (or ``scale * s_ij``),
+``s = za @ zb.T``, over its candidates: its positive ``j = i``, its negatives (the mask, default
+every other member) and its ``H`` hard negatives ``L_ik = za_i . hard_ik / tau``. Its term is
+``log sum_{candidates} exp(L_ij) - L_ii``. The ``b -> a`` direction uses the same sample-indexed
+mask (row ``i`` lists sample ``i``'s negatives) and no hard negatives (they are view-b texts).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from crl._validation import (
-    check_mask,
-    check_pair,
-    check_positive,
-    compute_dtype,
-    upcast,
-)
-from crl.losses._common import info_nce_rows, masked_logsumexp
-from crl.losses.tiled import TileMask, dense_mask, pair_loss, use_tiles
+from crl._validation import check_positive
+from crl.losses._common import hard_scores, info_nce_rows, other_direction
+from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
+from crl.losses.functional.infonce import info_nce
+from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
+
+if TYPE_CHECKING:
+    from crl.losses.config import LossConfig
 
 
-def _prepare(where: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    a, b = check_pair(where, a, b)
-    dtype = compute_dtype(a, b)
-    return upcast(a, dtype), upcast(b, dtype)
+def uses_plain(batch: PairBatch, block_size: int | None) -> bool:
+    """Whether the rows' ``(h, B)`` logits are built whole (else visited in tiles)."""
+    return block_size is None and batch.size * batch.za.shape[0] <= PLAIN_MAX_BATCH ** 2
 
 
-def _negatives(where: str, negatives_mask: Tensor | None, batch: int,
-               device: torch.device) -> Tensor:
-    """The ``(B, B)`` negatives mask with the diagonal (the positive) removed."""
-    eye = torch.eye(batch, dtype=torch.bool, device=device)
-    if negatives_mask is None:
-        return ~eye
-    mask = check_mask(where, "negatives_mask", negatives_mask, (batch, batch),
-                      ignore_diagonal=True)
-    return mask.to(device) & ~eye
+def dense_negatives(batch: PairBatch) -> Tensor | None:
+    """The rows' ``(h, B)`` negatives mask (a :class:`TileMask` asked once), or None."""
+    mask = batch.negatives
+    if mask is None or isinstance(mask, Tensor):
+        return mask
+    return mask.mask(batch.index[batch.rows], batch.index)
 
 
-def info_nce(
-    a: Tensor,
-    b: Tensor,
-    *,
-    temperature: float | Tensor = 0.07,
-    symmetric: bool = False,
-    negatives_mask: Tensor | TileMask | None = None,
-    index: Tensor | None = None,
-    block_size: int | None = None,
-) -> Tensor:
-    """InfoNCE with the positive in the denominator (CPC / SimCLR / CLIP; docs/theory.md §8).
+def candidates_mask(batch: PairBatch) -> tuple[Tensor, Tensor | None]:
+    """``(h, B)`` bool: each anchor's candidates (its negatives and its positive), and which
+    anchors have a negative among the columns (None: every anchor)."""
+    h, width, start = batch.size, batch.za.shape[0], int(batch.rows.start)
+    negatives = dense_negatives(batch)
+    own = torch.arange(h, device=batch.za.device)
+    if negatives is None:
+        return torch.ones(h, width, dtype=torch.bool, device=batch.za.device), None
+    candidates = negatives.to(device=batch.za.device, copy=True)
+    candidates[own, own + start] = False
+    has = candidates.any(dim=1)
+    candidates[own, own + start] = True
+    return candidates, has
 
-    ``l_i = -log( exp(s_ii/tau) / (exp(s_ii/tau) + sum_{j in neg(i)} exp(s_ij/tau)) )`` with
-    ``s = a @ b.T``, averaged over anchors.
 
-    Args:
-        a: Anchors, shape ``(B, D)``.
-        b: Positives, shape ``(B, D)``; ``b[i]`` is the positive of ``a[i]``.
-        temperature: ``tau > 0``, a number or a 0-dim tensor (may require grad).
-        symmetric: If True, the mean of the ``a -> b`` and ``b -> a`` directions; the second uses
-            the transposed mask.
-        negatives_mask: Optional ``(B, B)`` bool, True where ``b[j]`` is a negative of ``a[i]``,
-            or a :class:`~crl.losses.tiled.TileMask` (such as
-            :class:`~crl.negatives.NegativeSets`) that gives the mask of any block from the
-            samples' dataset indices. Default: every ``j != i``. The diagonal is ignored (the
-            positive always counts once). Every row needs at least one negative.
-        index: ``(B,)`` dataset indices of the pairs, read by a ``TileMask`` mask (default
-            ``arange(B)``); unused otherwise.
-        block_size: None: the plain ``(B, B)`` computation up to ``B = PLAIN_MAX_BATCH`` (2048),
-            the exact tiled one (:mod:`crl.losses.tiled`) above it. An int:
-            always tiled, with ``block_size x block_size`` tiles (``O(B·D + block_size²)``
-            memory). Value and gradients are the same either way.
+def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
+                   temperature: float | None = None, scale: Tensor | None = None) -> AnchorTerms:
+    """InfoNCE terms of ``batch.rows`` with logits ``s / temperature`` or ``scale * s``.
 
-    Returns:
-        0-dim tensor: the mean loss over anchors.
-
-    Raises:
-        CrlValueError: on shape mismatch, ``B < 2``, NaN/Inf inputs, ``tau <= 0``, a mask row
-            with no negatives or ``block_size < 1``.
-
-    Example:
-        >>> a = torch.eye(3)
-        >>> round(float(info_nce(a, a, temperature=1.0)), 4)  # log(e + 2) - 1
-        0.5514
+    Plain when ``block_size`` is None and ``h * B <= PLAIN_MAX_BATCH²``; otherwise the exact
+    tiled :func:`~crl.losses.tiled.anchor_logsumexp` (same values and gradients). No checks.
     """
-    where = "info_nce"
-    if use_tiles(where, a, block_size):
-        return pair_loss(where, a, b, temperature=temperature, symmetric=symmetric,
-                         negatives_mask=negatives_mask, index=index, block_size=block_size)
-    a, b = _prepare(where, a, b)
-    check_positive(where, "temperature", temperature)
-    negatives_mask = dense_mask(where, negatives_mask, index, a.shape[0], a.device)
-    negatives = _negatives(where, negatives_mask, a.shape[0], a.device)
-    logits = (a @ b.T) / temperature  # (B, B)
-    eye = torch.eye(a.shape[0], dtype=torch.bool, device=a.device)
-    loss = info_nce_rows(logits, negatives | eye).mean()
+    tau = 1.0 if temperature is None else temperature
+    rows, start, hard = batch.rows, int(batch.rows.start), batch.hard_rows()
+    if not uses_plain(batch, block_size):
+        multiplier = scale if scale is not None else 1.0 / float(tau)  # float32 for bf16
+        values = []
+        directions = [(batch.za, batch.zb, hard), (batch.zb, batch.za, None)]
+        for x, y, extra in directions[:2 if symmetric else 1]:
+            out = anchor_logsumexp(x[rows], y, multiplier, offset=start,
+                                   negatives_mask=batch.negatives,
+                                   anchor_index=batch.index[rows], candidate_index=batch.index,
+                                   block_size=block_size, extra=extra, check=False)
+            values.append(out.lse - out.positive)
+            if len(values) == 1:
+                counted = out.counts > 1  # the positive and at least one negative
+        return AnchorTerms(tuple(values), counted)
+
+    def logits_of(s: Tensor) -> Tensor:
+        # s / tau exactly as the plain losses (not s * (1 / tau)), or scale * s
+        return s * scale if scale is not None else s / tau
+
+    candidates, has = candidates_mask(batch)
+    logits = logits_of(batch.za[rows] @ batch.zb.T)  # (h, B)
+    extra = None if hard is None else logits_of(hard_scores(batch.za[rows], hard))  # (h, H)
+    values = [info_nce_rows(logits, candidates, start, extra)]
     if symmetric:
-        loss = 0.5 * (loss + info_nce_rows(logits.T, negatives.T | eye).mean())
-    return loss
+        other = other_direction(logits, batch.za, batch.zb, rows, batch.whole, logits_of)
+        # Every member (all True): the transpose is the same mask, laid out as `other`.
+        both = candidates.T if has is None and batch.whole else candidates
+        values.append(info_nce_rows(other, both, start))
+    return AnchorTerms(tuple(values), None if extra is not None else has)
 
 
-def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
-              block_size: int | None = None) -> Tensor:
-    """The CLIP loss exactly as open_clip's ``ClipLoss`` on one process.
+class InfoNCELoss(PairLoss):
+    """InfoNCE / NT-Xent at a fixed temperature (:func:`~crl.losses.info_nce`), one way or
+    both (``symmetric``).
 
-    ``(CE(scale * a @ b.T, arange(B)) + CE(scale * b @ a.T, arange(B))) / 2``, where ``scale`` is
-    ``exp(logit_scale) = 1 / tau``.
-
-    Args:
-        a: Image (or view-a) embeddings ``(B, D)``.
-        b: Text (or view-b) embeddings ``(B, D)``.
-        scale: Positive number or 0-dim tensor (may require grad).
-        block_size: None: plain up to ``B = PLAIN_MAX_BATCH`` (2048), exact tiles
-            (:mod:`crl.losses.tiled`) above; an int: always tiled with that tile
-            side. Same value and gradients either way.
-
-    Returns:
-        0-dim tensor.
+    Called as ``loss(a, b, negatives_mask=None)`` it is :func:`~crl.losses.info_nce` (checked);
+    the trainer uses :meth:`terms`.
 
     Example:
-        >>> a = torch.eye(3)
-        >>> round(float(clip_loss(a, a, 1.0)), 4)
+        >>> loss = InfoNCELoss(temperature=1.0)
+        >>> round(float(loss(torch.eye(3), torch.eye(3))), 4)
         0.5514
     """
-    where = "clip_loss"
-    if use_tiles(where, a, block_size):
-        return pair_loss(where, a, b, scale=scale, symmetric=True, block_size=block_size)
-    a, b = _prepare(where, a, b)
-    check_positive(where, "scale", scale)
-    if isinstance(scale, Tensor):
-        scale = upcast(scale, a.dtype)
-    logits = scale * (a @ b.T)  # (B, B)
-    target = torch.arange(a.shape[0], device=a.device)
-    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+    accepts_hard_negatives = True
+    tiled_path = True
+
+    def __init__(self, temperature: float = 0.07, symmetric: bool = False, *,
+                 block_size: int | None = None) -> None:
+        super().__init__()
+        check_positive("InfoNCELoss", "temperature", temperature, allow_tensor=False)
+        self.temperature = float(temperature)
+        self.symmetric = bool(symmetric)
+        self.block_size = block_size
+
+    @classmethod
+    def from_config(cls, cfg: LossConfig, ctx: LossContext) -> InfoNCELoss:
+        return cls(cfg.temperature, cfg.symmetric, block_size=cfg.block_size)
+
+    def forward(self, a: Tensor, b: Tensor,
+                negatives_mask: Tensor | TileMask | None = None) -> Tensor:
+        return info_nce(a, b, temperature=self.temperature, symmetric=self.symmetric,
+                        negatives_mask=negatives_mask, block_size=self.block_size)
+
+    def terms(self, batch: PairBatch) -> AnchorTerms:
+        return info_nce_terms(batch, symmetric=self.symmetric, block_size=self.block_size,
+                              temperature=self.temperature)
+
+    def risk_temperature(self) -> float:
+        return self.temperature
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, symmetric={self.symmetric}"
 
 
-def contrastive_risk(
-    a: Tensor,
-    b: Tensor,
-    *,
-    temperature: float | Tensor,
-    negatives_mask: Tensor | None = None,
-) -> Tensor:
-    """The positive-excluded empirical contrastive risk (docs/theory.md §8).
-
-    Per anchor ``tau * log( (1/m_i) sum_{j in neg(i)} exp((s_ij - s_ii) / tau) )`` with
-    ``s = a @ b.T`` and ``m_i = |neg(i)|``, averaged over anchors. It equals
-    ``tau * (InfoNCE without the positive in the denominator - log m)``.
-
-    Args:
-        a: Anchors ``(B, D)``.
-        b: Positives ``(B, D)``.
-        temperature: ``tau > 0``.
-        negatives_mask: Optional ``(B, B)`` bool of negatives (default every ``j != i``; the
-            diagonal is ignored).
-
-    Returns:
-        0-dim tensor.
-
-    Example:
-        >>> a = torch.eye(3)
-        >>> round(float(contrastive_risk(a, a, temperature=1.0)), 4)  # all deltas are -1
-        -1.0
-    """
-    where = "contrastive_risk"
-    a, b = _prepare(where, a, b)
-    check_positive(where, "temperature", temperature)
-    negatives = _negatives(where, negatives_mask, a.shape[0], a.device)
-    scores = a @ b.T  # (B, B)
-    delta = (scores - scores.diagonal().unsqueeze(1)) / temperature
-    count = negatives.sum(dim=1).to(delta.dtype)
-    per_anchor = masked_logsumexp(delta, negatives, dim=1) - torch.log(count)
-    return (temperature * per_anchor).mean()
-
-
-__all__ = ["clip_loss", "contrastive_risk", "info_nce"]
+__all__ = ["InfoNCELoss", "candidates_mask", "dense_negatives", "info_nce_terms", "uses_plain"]

@@ -19,7 +19,7 @@ from crl.losses.base import (
     reduce_terms,
 )
 from crl.losses.kmeans import RelaxedKMeans
-from crl.losses.registry import OBJECTIVES
+from crl.losses.registry import loss_class
 from crl.losses.tiled import TileMask, densify
 from crl.negatives import NegativesConfig, NegativeSets, build_negative_sets
 
@@ -177,7 +177,7 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
     regulariser = None
     if loss.kmeans_weight > 0:
         regulariser = RelaxedKMeans(loss.kmeans_weight, loss.kmeans_k or num_classes or 10)
-    return Objective(OBJECTIVES[loss.name].from_config(loss, context),
+    return Objective(loss_class(loss.name).from_config(loss, context),
                              BatchNegatives(sets, negatives.exclude_same_label), regulariser)
 
 
