@@ -5,7 +5,7 @@ The model is ``model.kind: transformer`` with the bundled all-MiniLM-L6-v2 weigh
 tower, mean pooling, ``max_seq_length`` 128), the CLIP loss, AdamW; the pairs are deterministic
 texts of about 60 (view a) and 90 (view b) word pieces. Each measurement is a fresh process that
 builds the model, runs one small warm-up step, then times one full optimiser step
-(``crl.train.step.train_step``) and reads its peak resident memory (``VmHWM``) against the
+(``crl.train.train_step``) and reads its peak resident memory (``VmHWM``) against the
 resident memory just before the step. One-pass steps run at increasing B and stop before the
 one whose predicted peak (a line through the previous two) would exceed ``--memory-gib``.
 
@@ -51,9 +51,9 @@ def worker(batch: int, micro: int | None, threads: int) -> dict[str, Any]:
 
     from crl.data.base import DataInfo, TextPairDataset
     from crl.models import build_model
+    from crl.train import train_step
     from crl.train.build import build_optimizer, run_objective, trainable
     from crl.train.config import TrainConfig
-    from crl.train.step import train_step
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -35,8 +35,7 @@ HERE = Path(__file__).resolve()
 CHILD = r"""
 import json, sys, torch
 from crl.experiments.negatives import NegativesStudy
-from crl.train import fit, validate_config
-from crl.train.grouped import fit_group
+from crl.train import fit, fit_group, validate_config
 torch.set_num_threads(1)
 mode, n, seed, out, which = sys.argv[1:6]
 n, seed = int(n), int(seed)

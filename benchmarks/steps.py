@@ -65,14 +65,8 @@ def worker(case: str, steps: int, warmup: int) -> dict[str, Any]:
     from torch.utils.data._utils.collate import default_collate
 
     import crl
-    from crl.train import validate_config
-    from crl.train.loop import (
-        build_optimizer,
-        build_run,
-        epoch_permutation,
-        lr_factor,
-        train_step,
-    )
+    from crl.train import build_run, epoch_permutation, train_step, validate_config
+    from crl.train.build import build_optimizer, lr_factor
 
     config = validate_config(_config(case), f"benchmark {case}")
     torch.set_num_threads(config.train.num_threads or 1)

@@ -16,7 +16,7 @@ from crl.experiments import get_study
 from crl.experiments.executors.grouping import GROUP_ERROR_FILE, GroupTask, plan_tasks
 from crl.experiments.runner import run_study
 from crl.rundir import METRICS_FILE, SUMMARY_FILE
-from crl.train import grouped
+from crl.train.steps import GroupStep
 
 runner = CliRunner()
 SMALL = ["--preset", "smoke", "--data", "synthetic", "--ns", "64", "--budget", "128",
@@ -59,7 +59,7 @@ def test_a_group_that_fails_trains_one_run_at_a_time(tmp_path: Path,
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the group broke")
 
-    monkeypatch.setattr(grouped, "_train", broken)  # after the run directories were opened
+    monkeypatch.setattr(GroupStep, "__call__", broken)  # after the run directories were opened
     study_dir = _study(tmp_path, "broken", "linear")
     errors = sorted(study_dir.glob(f"*/{GROUP_ERROR_FILE}"))
     assert len(errors) == 5 and "the group broke" in errors[0].read_text()

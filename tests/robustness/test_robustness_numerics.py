@@ -234,8 +234,8 @@ def test_learnable_logit_scale_stays_clamped(module: type[torch.nn.Module]) -> N
 def test_objective_logit_scale_stays_clamped_in_training() -> None:
     from crl.losses import build_objective
     from crl.negatives import NegativesConfig
+    from crl.train import train_step
     from crl.train.config import LossConfig
-    from crl.train.loop import train_step
 
     torch.manual_seed(0)
     towers = torch.nn.Identity()

@@ -116,21 +116,21 @@ def test_group_key_and_bad_groups(tmp_path: Path) -> None:
 
 def test_a_group_stopped_midway_resumes_one_run_at_a_time(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from crl.train import grouped
+    from crl.train.steps import GroupStep
 
     configs = _configs(SYNTHETIC, LINEAR)  # 7 steps, checkpoints at step 4
     alone = [fit(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(configs)]
     steps = 0
-    real = grouped._group_step
+    real = GroupStep.__call__
 
-    def crash_at_six(*args: Any) -> None:
+    def crash_at_six(*args: Any) -> Any:
         nonlocal steps
         steps += 1
         if steps == 6:
             raise RuntimeError("killed")
-        real(*args)
+        return real(*args)
 
-    monkeypatch.setattr(grouped, "_group_step", crash_at_six)
+    monkeypatch.setattr(GroupStep, "__call__", crash_at_six)
     dirs = [tmp_path / f"group{i}" for i in range(len(configs))]
     with pytest.raises(RuntimeError, match="killed"):
         fit_group(configs, dirs)

@@ -15,7 +15,7 @@ import crl.losses.tiled as tiled_module
 from crl.models import DualEncoder
 from crl.train.build import run_objective
 from crl.train.config import TrainConfig
-from crl.train.step import loss_and_gradients
+from crl.train.steps import loss_and_gradients
 
 N, B, DIM = 64, 48, 16
 CPU = torch.device("cpu")

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 from crl.models import DualEncoder
 from crl.train.build import run_objective
 from crl.train.config import TrainConfig
-from crl.train.step import PRECISIONS, batch_loss, embed, loss_and_gradients
+from crl.train.step import PRECISIONS, batch_loss, embed
+from crl.train.steps import loss_and_gradients
 
 N, B, DIM, K = 40, 12, 6, 5  # B = 12 in micro-batches of 5: 5 + 5 + 2
 RTOL = 1e-5

@@ -16,7 +16,8 @@ from crl.models import build_model
 from crl.models.config import ModelConfig
 from crl.train.build import run_objective
 from crl.train.config import TrainConfig
-from crl.train.step import PRECISIONS, batch_loss, embed, loss_and_gradients
+from crl.train.step import PRECISIONS, batch_loss, embed
+from crl.train.steps import loss_and_gradients
 
 pytest.importorskip("transformers")
 

@@ -11,11 +11,12 @@ import torch
 from torch import Tensor
 
 import crl.train.loop as loop
-import crl.train.step as step_module
+import crl.train.steps.single as single_step
 from crl.errors import CrlError
 from crl.rundir import read_jsonl
 from crl.train import (
     NonFiniteLossError,
+    Step,
     TrainConfig,
     config_hash,
     evaluate_run,
@@ -54,13 +55,18 @@ def _assert_same_state(x: dict[str, Any], y: dict[str, Any]) -> None:
 def _count_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the optimiser steps :func:`fit` takes from now on."""
     counter = [0]
-    original = loop.train_step
+    original = loop.build_step
 
-    def counting(*args: Any, **kwargs: Any) -> tuple[float, dict[str, float]]:
-        counter[0] += 1
-        return original(*args, **kwargs)
+    def counting(*args: Any, **kwargs: Any) -> Step:
+        strategy = original(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "train_step", counting)
+        def step(runs: Any, batch: Any) -> list[tuple[float, dict[str, float]]]:
+            counter[0] += 1
+            return strategy(runs, batch)
+
+        return step
+
+    monkeypatch.setattr(loop, "build_step", counting)
     return counter
 
 
@@ -217,14 +223,14 @@ def test_version_mismatch_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_non_finite_loss_stops_without_nan_weights(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
-    original = step_module.batch_loss
+    original = single_step.batch_loss
 
     def flaky(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float]]:
         calls["n"] += 1  # the objective's one call per step
         loss, logs = original(*args, **kwargs)
         return (loss * float("nan") if calls["n"] == 11 else loss), logs
 
-    monkeypatch.setattr(step_module, "batch_loss", flaky)
+    monkeypatch.setattr(single_step, "batch_loss", flaky)
     run = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match=r"at step 11;.*checkpoint.pt at step 8"):
         fit(_config(), run, progress=False)

@@ -1,0 +1,371 @@
+"""The training loop, once: :class:`Trainer` steps its runs through their batches with the step
+strategy it is given, and records, validates and checkpoints each of them.
+
+A :class:`TrainingRun` is one run's state (its built parts, optimiser, schedule, writer, step
+count and RNG context) and what is done with it alone: start (build or restore, open the run
+directory), evaluate, checkpoint, finish. :func:`crl.train.fit` trains one run;
+:func:`crl.train.fit_group` trains runs that differ only in their negatives in lockstep, on one
+loader, through the same loop and the same :class:`~crl.train.RunWriter` files.
+
+Which step (one pass, gradient caching, a group's shared towers) is decided once, by the
+:class:`~crl.train.step.Step` the trainer is given (:func:`crl.train.steps.build_step`); the loop
+never asks again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import DataLoader
+from torch.utils.data._utils.collate import default_collate
+
+from crl import __version__, distributed
+from crl.env import environment_info
+from crl.errors import CrlError, CrlValueError, StaleRunError
+from crl.losses import Objective
+from crl.models import DualEncoder
+from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, read_json
+from crl.train.build import BuiltRun, build_optimizer, build_run, lr_factor, trainable
+from crl.train.checkpoint import load_checkpoint, rng_state, set_rng_state
+from crl.train.config import TrainConfig, config_hash
+from crl.train.evaluation import evaluate, probe_features
+from crl.train.progress import TrainProgress
+from crl.train.sampler import build_sampler
+from crl.train.step import NonFiniteLossError, Step, apply_gradients
+from crl.train.writer import RunWriter
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`crl.train.fit` returns (one per run for :func:`crl.train.fit_group`).
+
+    Attributes:
+        run_dir: The run directory.
+        summary: The final metrics (the content of ``summary.json``); empty when the run stopped
+            early at ``stop_at``.
+        step: The last completed optimiser step.
+        finished: True when the whole budget ran and ``summary.json`` was written.
+    """
+
+    run_dir: Path
+    summary: dict[str, Any]
+    step: int
+    finished: bool
+
+
+def open_run(run_dir: Path, run_id: str,
+             resume: bool) -> tuple[RunResult | None, dict[str, Any] | None]:
+    """The finished run to return as is, or the checkpoint to resume from (or None).
+
+    Raises:
+        CrlError: for a run directory that holds a run, without ``resume``.
+        StaleRunError: for a finished run or checkpoint of another config or crl version.
+    """
+    if resume and (run_dir / SUMMARY_FILE).exists():
+        done = read_json(run_dir / SUMMARY_FILE)
+        if done.get("run_id") != run_id:
+            raise StaleRunError(f"resume: {run_dir} holds the finished run "
+                                f"{done.get('run_id')}, not this config ({run_id}); choose "
+                                "another --out")
+        return RunResult(run_dir, done, int(done["step"]), True), None
+    if resume:
+        path = run_dir / CHECKPOINT_FILE
+        return None, (load_checkpoint(path, config_hash=run_id) if path.exists() else None)
+    busy = [name for name in (METRICS_FILE, CHECKPOINT_FILE, SUMMARY_FILE)
+            if (run_dir / name).exists()]
+    if busy:
+        raise CrlError(
+            f"run directory {run_dir} already holds {', '.join(busy)}; pass --resume "
+            "(resume=True) to continue or finish it, or choose another --out"
+        )
+    return None, None
+
+
+@dataclass
+class TrainingRun:
+    """One run being trained (a :class:`~crl.train.step.Learner` of the step strategies).
+
+    ``rng`` is entered around everything of this run that may draw random numbers: nothing for
+    a lone run; the run's own global RNG stream in a group (:func:`crl.train.fit_group`).
+    """
+
+    config: TrainConfig
+    run_id: str
+    built: BuiltRun
+    optimizer: Optimizer
+    scheduler: LambdaLR
+    writer: RunWriter
+    device: torch.device
+    rng: AbstractContextManager[Any] = field(default_factory=contextlib.nullcontext)
+    step: int = 0
+    log: dict[str, Any] = field(default_factory=dict)
+    last_checkpoint: int | None = None
+
+    @property
+    def model(self) -> DualEncoder:
+        """The run's dual encoder."""
+        return self.built.model
+
+    @property
+    def objective(self) -> Objective:
+        """The run's training objective."""
+        return self.built.objective
+
+    @classmethod
+    def start(cls, config: TrainConfig, writer: RunWriter, device: torch.device, *,
+              checkpoint: dict[str, Any] | None = None, built: BuiltRun | None = None,
+              rng: AbstractContextManager[Any] | None = None) -> TrainingRun:
+        """Build the run (unless ``built`` is given), restore ``checkpoint`` if any, and open
+        the run directory, all under ``rng`` (default: none of its own)."""
+        rng = contextlib.nullcontext() if rng is None else rng
+        with rng:
+            built = build_run(config, device) if built is None else built
+            total = built.total_steps
+            optimizer = build_optimizer(config.optim, trainable([built.model, built.objective]))
+            scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, total, config.optim))
+            run = cls(config, config_hash(config), built, optimizer, scheduler, writer, device,
+                      rng)
+            if checkpoint is not None:
+                run._restore(checkpoint)
+            splits = built.splits
+            writer.start({
+                "run_id": run.run_id, "config": config.model_dump(mode="json"),
+                "environment": environment_info(), "data": {
+                    "name": splits.info.name, "num_train": len(built.train_ds),
+                    "num_val": len(splits.val), "num_test": len(splits.test),
+                    "provenance": splits.info.provenance},
+                "total_steps": total, "steps_per_epoch": built.steps_per_epoch},
+                resumed_at=None if checkpoint is None else run.step)
+        return run
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        self.built.model.load_state_dict(checkpoint["model"])
+        self.built.objective.load_state_dict(checkpoint["objective"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        set_rng_state(checkpoint["rng"])
+        self.step = self.last_checkpoint = int(checkpoint["step"])
+        self.log = dict(checkpoint.get("last_log", {}))
+
+    def epoch(self, at: int) -> float:
+        """The (fractional) epoch after ``at`` steps."""
+        return at / self.built.steps_per_epoch
+
+    def state(self) -> dict[str, Any]:
+        """What ``checkpoint.pt`` holds: the weights, optimiser, schedule, RNG and position."""
+        at, per_epoch = self.step, self.built.steps_per_epoch
+        return {"model": self.built.model.state_dict(),
+                "objective": self.built.objective.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng_state(), "step": at,
+                "epoch": at // per_epoch, "position": at % per_epoch,
+                "config": self.config.model_dump(mode="json"), "config_hash": self.run_id,
+                "crl_version": __version__, "last_log": dict(self.log)}
+
+    def update(self, loss: float, logs: dict[str, float]) -> None:
+        """The optimiser step on the gradients a step strategy left (:func:`apply_gradients`),
+        and the step's log record."""
+        logs = apply_gradients(self.built.objective, self.optimizer, self.scheduler, logs,
+                               grad_clip=self.config.optim.grad_clip, step=self.step)
+        self.step += 1
+        self.log = {"step": self.step, "epoch": self.epoch(self.step), "train/loss": loss,
+                    **logs}
+
+    def evaluate(self, dataset: Any, name: str, *, final: bool = False,
+                 train_features: Any = None) -> dict[str, float]:
+        """Rank 0 evaluates ``dataset`` and records it; the other ranks get ``{}``."""
+        built = self.built
+        return self.writer.evaluation(
+            lambda: evaluate(built.model, dataset, self.config.eval,
+                             temperature=built.objective.temperature(),
+                             train_split=built.train_ds, device=self.device,
+                             train_features=train_features),
+            name=name, step=self.step, epoch=self.epoch(self.step), final=final)
+
+    def checkpoint(self) -> None:
+        """Write ``checkpoint.pt`` (rank 0) and remember it as the last good one."""
+        self.writer.checkpoint(self.state)
+        self.last_checkpoint = self.step
+
+    def finish(self, started: float) -> RunResult:
+        """The final evaluation and ``summary.json`` (``started``: ``perf_counter`` at the
+        start of training)."""
+        summary = self._final_summary()
+        summary["time/train_eval_s"] = time.perf_counter() - started
+        self.writer.summary(summary)
+        distributed.barrier()  # every rank returns once summary.json is written
+        return RunResult(self.writer.run_dir, summary, self.step, True)
+
+    def _final_summary(self) -> dict[str, Any]:
+        built, cfg = self.built, self.config.eval
+        summary: dict[str, Any] = {"run_id": self.run_id, "step": self.step,
+                                   "epoch": self.epoch(self.step),
+                                   "train/loss": self.log.get("train/loss")}
+        train_features = None  # computed once for both splits' probes, on rank 0
+        if cfg.probe and built.train_ds.labels is not None:
+            train_features = self.writer.compute(lambda: (probe_features(
+                built.model, built.train_ds, batch_size=cfg.batch_size, device=self.device,
+                representation=cfg.probe_features == "representation"), built.train_ds.labels))
+        if built.val_ds is not None:
+            val = self.evaluate(built.val_ds, "val", final=True, train_features=train_features)
+            summary.update({f"val/{key}": value for key, value in val.items()})
+        if built.test_ds is not None:
+            summary.update(self.evaluate(built.test_ds, "test", final=True,
+                                         train_features=train_features))
+        return summary
+
+
+class Trainer:
+    """The loop (nanoGPT's, once for every kind of step): the lead run's batches, one step
+    strategy call per batch for all runs, then each run's update, records, validation and
+    checkpoints.
+
+    The runs move in lockstep: they share the lead's (the first run's) data, batches, schedule
+    and intervals; each keeps its own objective, optimiser, RNG stream and run directory.
+
+    Args:
+        runs: The runs, started (:meth:`TrainingRun.start`).
+        step: The step strategy (:func:`crl.train.steps.build_step`, or
+            :class:`crl.train.steps.GroupStep` for a group).
+
+    Raises:
+        CrlValueError: for no runs, or runs whose schedules differ.
+
+    Example:
+        >>> import tempfile
+        >>> from crl.train import load_config
+        >>> from crl.train.steps import build_step
+        >>> cfg = load_config("synthetic-gaussian", ["train.steps=2", "data.num_train=64",
+        ...                   "train.batch_size=16", "model.kind=linear", "eval.probe=false"])
+        >>> with RunWriter(Path(tempfile.mkdtemp()) / "run") as writer:
+        ...     run = TrainingRun.start(cfg, writer, torch.device("cpu"))
+        ...     [result] = Trainer([run], build_step()).train()
+        >>> result.finished, result.step
+        (True, 2)
+    """
+
+    def __init__(self, runs: Sequence[TrainingRun], step: Step) -> None:
+        if not runs:
+            raise CrlValueError("Trainer: `runs` must hold at least one started run; got none")
+        lead = runs[0].built
+        if any((r.built.total_steps, r.built.steps_per_epoch)
+               != (lead.total_steps, lead.steps_per_epoch) for r in runs):
+            raise CrlValueError("Trainer: the runs must share one schedule; got total steps "
+                                f"{sorted({r.built.total_steps for r in runs})}")
+        self.runs, self.step = list(runs), step
+        cfg = runs[0].config.train
+        self.sampler = build_sampler(cfg.sampler, lead.splits.train, cfg.batch_size,
+                                     seed=cfg.seed)
+
+    def train(self, stop_at: int | None = None, *, progress: bool = False) -> list[RunResult]:
+        """Steps up to ``stop_at`` (or the budget), then each run's final evaluation and
+        summary (:meth:`finish`); stopped early, the runs' unfinished results.
+
+        Raises:
+            NonFiniteLossError: for a non-finite loss or gradient (no weights updated by it),
+                naming the step and the last good checkpoint.
+        """
+        lead = self.runs[0]
+        total, per_epoch = lead.built.total_steps, lead.built.steps_per_epoch
+        stop = total if stop_at is None else min(total, stop_at)
+        started = time.perf_counter()
+        for run in self.runs:
+            run.built.model.train()
+        with TrainProgress(total, lead.step, lead.config.train.batch_size,
+                           enabled=progress and lead.writer.main) as bar:
+            while lead.step < stop:
+                for batch in self._loader(*divmod(lead.step, per_epoch)):
+                    for run in self.runs:
+                        run.optimizer.zero_grad(set_to_none=True)
+                    try:
+                        losses = self.step(self.runs, batch)
+                        for run, (loss, logs) in zip(self.runs, losses, strict=True):
+                            with run.rng:
+                                run.update(loss, logs)
+                    except NonFiniteLossError as exc:
+                        raise self._stopped(exc) from None
+                    bar.update(lead.step, loss=losses[0][0])
+                    self._after_step(stop)
+                    if lead.step >= stop:
+                        break
+        if lead.step < total:
+            return [RunResult(run.writer.run_dir, {}, run.step, False) for run in self.runs]
+        return self.finish(started)
+
+    def _loader(self, epoch: int, position: int) -> DataLoader[Any]:
+        """The lead's batches of ``epoch`` from ``position`` on (every run told the epoch)."""
+        for run in self.runs:
+            with run.rng:
+                run.built.train_ds.set_epoch(epoch)
+                run.built.objective.set_epoch(epoch)
+        batches = self.sampler.batches(epoch, position)
+        if distributed.is_active():  # this rank's contiguous slice of each batch
+            batches = [distributed.shard(b) for b in batches]
+        lead = self.runs[0]
+        # Its own generator: creating a loader must not draw from the global RNG.
+        return DataLoader(lead.built.train_ds, batch_sampler=batches, collate_fn=default_collate,
+                          num_workers=lead.config.train.num_workers,
+                          generator=torch.Generator().manual_seed(lead.config.train.seed))
+
+    def _after_step(self, stop: int) -> None:
+        """The records, validation and checkpoints due after the step just taken."""
+        lead = self.runs[0]
+        cfg, at, total = lead.config.train, lead.step, lead.built.total_steps
+        if at % cfg.log_every == 0 or at == total:
+            for run in self.runs:
+                run.writer.record(run.log)
+        if cfg.eval_every and at % cfg.eval_every == 0 and lead.built.val_ds is not None \
+                and at < total:
+            self.evaluate()
+        if (cfg.checkpoint_every and at % cfg.checkpoint_every == 0) or at == stop:
+            self.checkpoint()
+
+    def _stopped(self, exc: NonFiniteLossError) -> NonFiniteLossError:
+        lead = self.runs[0]
+        if lead.last_checkpoint is None:
+            where = "no checkpoint was written yet"
+        elif len(self.runs) == 1:
+            where = (f"the last good checkpoint is {lead.writer.run_dir / CHECKPOINT_FILE} at "
+                     f"step {lead.last_checkpoint}")
+        else:
+            where = (f"the last good checkpoints ({CHECKPOINT_FILE} of each run) are at step "
+                     f"{lead.last_checkpoint}")
+        return NonFiniteLossError(f"{exc}; stopped without saving the weights; {where} (lower "
+                                  "optim.lr, set optim.grad_clip, or raise loss.temperature)")
+
+    def evaluate(self) -> list[dict[str, float]]:
+        """Every run's validation metrics, recorded (rank 0; ``{}`` on the others and for a
+        run without a validation split)."""
+        out = []
+        for run in self.runs:
+            with run.rng:
+                val = run.built.val_ds
+                out.append({} if val is None else run.evaluate(val, "val"))
+        return out
+
+    def checkpoint(self) -> None:
+        """Every run's ``checkpoint.pt``, written under the run's RNG context (the RNG state
+        it stores is the run's own)."""
+        for run in self.runs:
+            with run.rng:
+                run.checkpoint()
+
+    def finish(self, started: float) -> list[RunResult]:
+        """Every run's final evaluation and ``summary.json`` (:meth:`TrainingRun.finish`)."""
+        results = []
+        for run in self.runs:
+            with run.rng:
+                results.append(run.finish(started))
+        return results
+
+
+__all__ = ["RunResult", "Trainer", "TrainingRun", "open_run"]
