@@ -1,17 +1,25 @@
-"""Numerics of one tile of the tiled kernel (:mod:`crl.losses._tiled_kernel`): log-sum-exps of
-a tile's rows and columns with one ``exp`` per entry, and the ranges that make that exact."""
+"""Numerics of one tile of the tiled kernel (:mod:`crl.losses._tiled_kernel`): a tile's product,
+the log-sum-exps of its rows and columns with one ``exp`` per entry (forward), its gradient
+operand ``G`` (backward, :class:`TileGradient`), and the ranges that make them exact."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from crl.losses._tile_negatives import TileNegatives
+
 #: Per row (column) block: the min and max of the row (column) log-sum-exps,
 #: as ``(row_min, row_max, col_min, col_max)`` lists.
 Bounds = tuple[list[float], list[float], list[float], list[float]]
+
+#: The largest rounding of a forward logit (``bound * u``) at which a narrow-dtype backward
+#: takes the row shift inside the product (logits of unit vectors at ``tau >= 0.04``).
+SHIFT_INSIDE_MAX_ERROR = 0.1
 
 
 def spans(total: int, block: int) -> Iterator[tuple[int, int]]:
@@ -119,3 +127,187 @@ def span(bounds: Bounds, bi: int, bj: int) -> float:
     log-sum-exps."""
     rows_lo, rows_hi, cols_lo, cols_hi = bounds
     return max(rows_hi[bi], cols_hi[bj]) - min(rows_lo[bi], cols_lo[bj])
+
+
+def tile_product(a_s: Tensor, b: Tensor, r0: int, r1: int, c0: int, c1: int,
+                 logits_buf: Tensor, scratch: Tensor) -> Tensor:
+    """Tile ``L[r0:r1, c0:c1] = a_s[r0:r1] @ b[c0:c1].T`` ``(h, w)`` in ``logits_buf`` (the
+    accumulation dtype). The product runs in the inputs' dtype; when that is narrower it is
+    written into ``scratch`` (a buffer of the accumulation dtype, used by the caller only after)
+    and widened."""
+    h, w = r1 - r0, c1 - c0
+    if a_s.dtype == logits_buf.dtype:
+        return torch.mm(a_s[r0:r1], b[c0:c1].T, out=logits_buf[: h * w].view(h, w))
+    narrow = torch.mm(a_s[r0:r1], b[c0:c1].T, out=scratch.view(a_s.dtype)[: h * w].view(h, w))
+    return logits_buf[: h * w].view(h, w).copy_(narrow)
+
+
+def shift_inside(a_s: Tensor, b: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
+    """``([a_s, -hi, -lo, 0], [b, 1, 1, 0])`` in ``a_s``'s dtype, ``hi + lo = shift (h, 1)`` to
+    about twice that dtype's precision, zero-padded to a width of a multiple of 8: their product
+    is ``L - shift_i``, accumulated in float32 by the matmul and rounded once."""
+    hi = shift.to(a_s.dtype)
+    lo = (shift - hi.to(shift.dtype)).to(a_s.dtype)
+    pad = (-(a_s.shape[1] + 2)) % 8
+    left = torch.cat([a_s, -hi, -lo, a_s.new_zeros(a_s.shape[0], pad)], dim=1)
+    right = torch.cat([b, b.new_ones(b.shape[0], 2), b.new_zeros(b.shape[0], pad)], dim=1)
+    return left, right
+
+
+def small_rounding(bound: float, dtype: torch.dtype) -> bool:
+    """Whether ``dtype``'s rounding of a logit, at most ``bound * u`` (``u`` the unit roundoff),
+    is at most :data:`SHIFT_INSIDE_MAX_ERROR`."""
+    return bound * torch.finfo(dtype).eps / 2 <= SHIFT_INSIDE_MAX_ERROR
+
+
+class TilePlan(NamedTuple):
+    """What the forward hands the backward besides the saved tensors: the tile side, the
+    candidates, whether an ``exp`` argument can fall below the floor (:func:`needs_floor`) and
+    the bound on every ``|L_ij|`` (:func:`logit_bound`)."""
+
+    block: int
+    tiles: TileNegatives
+    clamp: bool
+    bound: float
+
+
+class TileGradient:
+    """``G`` of one tile at a time, the operand of the backward's gradient products.
+
+    ``G_ij = g_row_i P_row_ij + g_col_j P_col_ij`` with the softmaxes ``P_row = exp(L_ij -
+    lse_row_i)`` and ``P_col = exp(L_ij - lse_col_j)`` (0 where ``L_ij`` is not a candidate;
+    docs/theory.md §12). Per tile, one of three routines:
+
+    - :meth:`_shifted_softmax` (narrow inputs with a small rounding of the logits): ``P_row``
+      straight from the product ``[a_s, -lse_row] @ [b, 1].T``, in the inputs' dtype;
+    - :func:`_one_exp`: ``G = P_row * (g_row_i + u_i t_j)`` where the tile's log-sum-exps span
+      at most the window (:meth:`_factors`), or ``G = g_row_i P_row`` with rows only;
+    - :meth:`_two_exps`: ``P_row`` and ``P_col`` each from its own ``exp`` of the recomputed
+      logits (:meth:`_logits`), the other tiles.
+
+    Every ``exp`` argument is clamped at the floor when the forward found one can be below it
+    (``plan.clamp``). ``G`` comes back in the inputs' dtype: formed there by the first routine,
+    else in the accumulation dtype and rounded once.
+    """
+
+    def __init__(self, a_s: Tensor, b: Tensor, lse: tuple[Tensor, Tensor], plan: TilePlan,
+                 grads: tuple[Tensor | None, Tensor | None]) -> None:
+        lse_rows, lse_cols = lse
+        self.a_s, self.b, self.plan = a_s, b, plan
+        self.grad_rows, self.grad_cols = grads
+        acc, block = lse_rows.dtype, plan.block
+        # A row with no candidate has lse = -inf and only -inf logits: shift it by 0 instead.
+        self.shift_rows = torch.nan_to_num(lse_rows, neginf=0.0).unsqueeze(1)  # (h, 1)
+        self.shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
+                           if self.grad_cols is not None else None)  # (1, W)
+        self.floor = exp_floor(acc)
+        # Both directions from one exp: P_col = P_row * exp(lse_row_i - lse_col_j). When a
+        # tile's log-sum-exps span at most `window`, exp(lse_row_i - low) and
+        # exp(low - lse_col_j) neither overflow nor underflow, and a P_row clamped at the
+        # floor stands for a P_col below eps / (4 B): negligible. Other tiles take two exps.
+        self.window = -self.floor - precision_margin(acc, 4 * max(a_s.shape[0], b.shape[0]))
+        self.bounds = block_bounds(self.shift_rows.squeeze(1), self.shift_cols, block)
+        self.grad_buf = lse_rows.new_empty(block * block)
+        self.logits_buf = lse_rows.new_empty(block * block)
+        # Narrow inputs: G rounded for the gradient products, and a factor, in the logits'
+        # buffer (free by then). Where the forward's rounding of a logit (at most bound * u,
+        # u the unit roundoff) is small, the row shift rides inside the product, P_row = its
+        # exp: three passes over the tile instead of six; elsewhere (very low temperatures)
+        # the backward recomputes the forward's rounded logits, so P_row sums to 1 exactly.
+        narrow = a_s.dtype != acc
+        self.low_buf = self.logits_buf.view(a_s.dtype) if narrow else None
+        self.shifted = (shift_inside(a_s, b, self.shift_rows)
+                        if narrow and small_rounding(plan.bound, a_s.dtype) else None)
+        self.excluded_buf = (None if plan.tiles.trivial else
+                             torch.empty(block * block, dtype=torch.bool, device=a_s.device))
+
+    def __call__(self, r0: int, r1: int, c0: int, c1: int) -> Tensor:
+        """``G (h, w)`` of tile ``[r0, r1) x [c0, c1)``, in the inputs' dtype."""
+        h, w = r1 - r0, c1 - c0
+        excluded = (None if self.excluded_buf is None else self.plan.tiles.excluded(
+            r0, r1, c0, c1, self.excluded_buf[: h * w].view(h, w)))
+        factors = self._factors(r0, r1, c0, c1)
+        rows = None if self.grad_rows is None else self.grad_rows[r0:r1]
+        if self.shifted is not None and self.low_buf is not None and rows is not None \
+                and (factors is not None or self.grad_cols is None):
+            size = self.plan.block ** 2
+            factor = self.low_buf[size: size + h * w].view(h, w)
+            return _one_exp(self._shifted_softmax(r0, r1, c0, c1, excluded), rows, factors,
+                            factor)
+        logits = self._logits(r0, r1, c0, c1, excluded)
+        g = self.grad_buf[: h * w].view(h, w)
+        if factors is not None and rows is not None:
+            g = _one_exp(self._exp(torch.sub(logits, self.shift_rows[r0:r1], out=g)), rows,
+                         factors, logits)
+        else:
+            g = self._two_exps(logits, g, r0, r1, c0, c1)
+        return g if self.low_buf is None else self.low_buf[: h * w].view(h, w).copy_(g)
+
+    def _exp(self, x: Tensor) -> Tensor:
+        """``exp`` in place, of arguments clamped at the floor where one can be below it."""
+        return (x.clamp_(min=self.floor) if self.plan.clamp else x).exp_()
+
+    def _factors(self, r0: int, r1: int, c0: int, c1: int) -> tuple[Tensor, Tensor] | None:
+        """``u (h,) = exp(lse_row_i - low)`` and ``t (w,) = exp(low - lse_col_j) g_col_j``
+        (``low`` the smallest log-sum-exp of the tile's row and column blocks), so that
+        ``u_i t_j = g_col_j exp(lse_row_i - lse_col_j)`` and ``g_col_j P_col = P_row u_i t_j``;
+        None unless both directions have a gradient and the blocks' log-sum-exps span at most
+        the window (then both factors are in range)."""
+        bi, bj = r0 // self.plan.block, c0 // self.plan.block
+        if self.bounds is None or self.grad_rows is None \
+                or span(self.bounds, bi, bj) > self.window:
+            return None
+        assert self.shift_cols is not None and self.grad_cols is not None
+        low = min(self.bounds[0][bi], self.bounds[2][bj])
+        u = (self.shift_rows[r0:r1, 0] - low).exp_()  # in [1, e^window]
+        t = (low - self.shift_cols[0, c0:c1]).exp_().mul_(self.grad_cols[c0:c1])
+        return u, t
+
+    def _shifted_softmax(self, r0: int, r1: int, c0: int, c1: int, excluded: Tensor | None
+                         ) -> Tensor:
+        """``P_row (h, w) = exp([a_s, -lse_row] @ [b, 1].T) = exp(L_ij - lse_row_i)`` in the
+        inputs' dtype (the shift accumulated in float32 inside the matmul, rounded once;
+        :func:`shift_inside`)."""
+        assert self.shifted is not None and self.low_buf is not None
+        h, w = r1 - r0, c1 - c0
+        left, right = self.shifted
+        p_row = torch.mm(left[r0:r1], right[c0:c1].T, out=self.low_buf[: h * w].view(h, w))
+        if excluded is not None:
+            p_row.masked_fill_(excluded, -math.inf)
+        return self._exp(p_row)
+
+    def _logits(self, r0: int, r1: int, c0: int, c1: int, excluded: Tensor | None) -> Tensor:
+        """``L[r0:r1, c0:c1] (h, w)`` in the accumulation dtype, exactly as the forward rounded
+        it, ``-inf`` where not a candidate."""
+        logits = tile_product(self.a_s, self.b, r0, r1, c0, c1, self.logits_buf, self.grad_buf)
+        if excluded is not None:
+            logits.masked_fill_(excluded, -math.inf)
+        return logits
+
+    def _two_exps(self, logits: Tensor, g: Tensor, r0: int, r1: int, c0: int, c1: int
+                  ) -> Tensor:
+        """``G = g_row_i exp(L_ij - lse_row_i) + g_col_j exp(L_ij - lse_col_j)`` in ``g``
+        (either term alone when one direction has no gradient); overwrites ``logits``."""
+        if self.grad_rows is not None:
+            g = _one_exp(self._exp(torch.sub(logits, self.shift_rows[r0:r1], out=g)),
+                         self.grad_rows[r0:r1], None)
+            if self.shift_cols is not None and self.grad_cols is not None:
+                p_col = self._exp(logits.sub_(self.shift_cols[:, c0:c1]))
+                g.addcmul_(p_col, self.grad_cols[c0:c1].unsqueeze(0))
+            return g
+        assert self.shift_cols is not None and self.grad_cols is not None
+        torch.sub(logits, self.shift_cols[:, c0:c1], out=g)
+        return self._exp(g).mul_(self.grad_cols[c0:c1].unsqueeze(0))  # P_col
+
+
+def _one_exp(p_row: Tensor, grad_rows: Tensor, factors: tuple[Tensor, Tensor] | None,
+             out: Tensor | None = None) -> Tensor:
+    """``G = P_row * (g_row_i + u_i t_j)`` in ``p_row`` and its dtype (``g_col_j P_col =
+    P_row u_i t_j``, :meth:`TileGradient._factors`; ``out``: scratch of ``p_row``'s shape and
+    dtype), or ``G = g_row_i P_row`` without ``factors``."""
+    dtype = p_row.dtype
+    if factors is None:
+        return p_row.mul_(grad_rows.unsqueeze(1).to(dtype))
+    u, t = factors
+    return p_row.mul_(torch.addr(grad_rows.unsqueeze(1).to(dtype), u.to(dtype), t.to(dtype),
+                                 out=out))

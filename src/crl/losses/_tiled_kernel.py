@@ -13,9 +13,10 @@ needs only the final ``lse_i`` and the entry itself. So
 
 - **forward**: for each ``T x T`` tile ``L[R, C]``, merge its row (and column) log-sum-exps into
   running ones with ``logaddexp``; the tiles holding positives give ``L_{i, offset + i}``;
-- **backward**: recompute each tile, ``G = g_row * P_row + g_col * P_col`` (``g_*`` the incoming
-  gradients), then ``grad_a[R] += scale * G @ b[C]``, ``grad_b[C] += G.T @ (scale * a[R])`` and
-  ``grad_scale += sum_ij G_ij s_ij = sum_i a_i . (G @ b)_i``: sums over tiles, exact up to rounding.
+- **backward** (:func:`_backward`): recompute each tile, ``G = g_row * P_row + g_col * P_col``
+  (``g_*`` the incoming gradients; :class:`~crl.losses._tile_math.TileGradient`), then
+  ``grad_a[R] += scale * G @ b[C]``, ``grad_b[C] += G.T @ (scale * a[R])`` and ``grad_scale +=
+  sum_ij G_ij s_ij = sum_i a_i . (G @ b)_i``: sums over tiles, exact up to rounding.
 
 That is ``8 h W D`` flops for forward + backward and three ``(T, T)`` buffers. One ``exp`` per
 entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ exp(m_row - K)``
@@ -25,11 +26,8 @@ tiles take a second ``exp``; :mod:`crl.losses._tile_math`).
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
 product tile is widened to float32 before its maxima and ``exp`` (no maxima where every logit is
 small enough for ``exp`` to be in range); log-sum-exps, counts and the gradient accumulators are
-float32; gradients are returned in the input dtype. ``G`` is an operand
-of the two bf16 gradient products: where the forward's rounding of a logit is small (moderate
-scales, :data:`SHIFT_INSIDE_MAX_ERROR`) it is formed in the input dtype from the product
-``[a_s, -lse] @ [b, 1].T = L - lse_row`` (the shift accumulated in float32 inside the matmul,
-rounded once), else in float32 from the forward's own rounded logits and rounded at the end.
+float32, ``G`` is an operand of the gradient products in the input dtype
+(:class:`~crl.losses._tile_math.TileGradient`) and gradients are returned in the input dtype.
 Autocast is switched off inside, so the inputs' dtype decides.
 """
 
@@ -44,21 +42,16 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from crl.losses._common import masked_logsumexp
 from crl.losses._tile_math import (
-    Bounds,
-    block_bounds,
-    exp_floor,
+    TileGradient,
+    TilePlan,
     logit_bound,
     needs_floor,
-    precision_margin,
-    span,
+    small_rounding,
     tile_logsumexps,
+    tile_product,
     tile_spans,
 )
 from crl.losses._tile_negatives import TileNegatives
-
-#: The largest rounding of a forward logit (``bound * u``) at which a narrow-dtype backward
-#: takes the row shift inside the product (logits of unit vectors at ``tau >= 0.04``).
-SHIFT_INSIDE_MAX_ERROR = 0.1
 
 
 class KernelOut(NamedTuple):
@@ -85,51 +78,6 @@ def scaled(a: Tensor, scale: Tensor) -> Tensor:
     return (a.to(scale.dtype) * scale.unsqueeze(1)).to(a.dtype)
 
 
-def _product(a_s: Tensor, b: Tensor, r0: int, r1: int, c0: int, c1: int, logits_buf: Tensor,
-             scratch: Tensor) -> Tensor:
-    """Tile ``L[r0:r1, c0:c1] = a_s[r0:r1] @ b[c0:c1].T`` ``(h, w)`` in ``logits_buf`` (the
-    accumulation dtype). The product runs in the inputs' dtype; when that is narrower it is
-    written into ``scratch`` (a buffer of the accumulation dtype, used by the caller only after)
-    and widened."""
-    h, w = r1 - r0, c1 - c0
-    if a_s.dtype == logits_buf.dtype:
-        return torch.mm(a_s[r0:r1], b[c0:c1].T, out=logits_buf[: h * w].view(h, w))
-    narrow = torch.mm(a_s[r0:r1], b[c0:c1].T, out=scratch.view(a_s.dtype)[: h * w].view(h, w))
-    return logits_buf[: h * w].view(h, w).copy_(narrow)
-
-
-def _shift_inside(a_s: Tensor, b: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
-    """``([a_s, -hi, -lo, 0], [b, 1, 1, 0])`` in ``a_s``'s dtype, ``hi + lo = shift (h, 1)`` to
-    about twice that dtype's precision, zero-padded to a width of a multiple of 8: their product
-    is ``L - shift_i``, accumulated in float32 by the matmul and rounded once."""
-    hi = shift.to(a_s.dtype)
-    lo = (shift - hi.to(shift.dtype)).to(a_s.dtype)
-    pad = (-(a_s.shape[1] + 2)) % 8
-    left = torch.cat([a_s, -hi, -lo, a_s.new_zeros(a_s.shape[0], pad)], dim=1)
-    right = torch.cat([b, b.new_ones(b.shape[0], 2), b.new_zeros(b.shape[0], pad)], dim=1)
-    return left, right
-
-
-def _direction_factors(bounds: Bounds, bi: int, bj: int, shift_rows: Tensor,
-                       shift_cols: Tensor, grad_cols: Tensor) -> tuple[Tensor, Tensor]:
-    """``u (h,) = exp(lse_row_i - low)`` and ``t (w,) = exp(low - lse_col_j) g_col_j`` with
-    ``low`` the smallest log-sum-exp of the tile's blocks: ``u_i t_j = exp(lse_row_i -
-    lse_col_j) g_col_j``, both in range when the blocks span at most the window."""
-    low = min(bounds[0][bi], bounds[2][bj])
-    u = (shift_rows - low).exp_()  # in [1, e^window]
-    t = (low - shift_cols).exp_().mul_(grad_cols)
-    return u, t
-
-
-def _add_product(acc: Tensor, g: Tensor | None, low: Tensor | None, y: Tensor) -> None:
-    """``acc += g @ y``, from ``low`` (``G`` in ``y``'s narrower dtype) when given."""
-    if low is None:
-        assert g is not None
-        acc.addmm_(g, y)
-    else:
-        acc.add_(torch.mm(low, y))
-
-
 class _TiledLogSumExp(torch.autograd.Function):
     """The autograd function of :func:`tiled_logsumexp` (derivation in the module docstring)."""
 
@@ -154,12 +102,11 @@ class _TiledLogSumExp(torch.autograd.Function):
                             torch.empty(block * block, dtype=torch.bool, device=a.device))
             # Narrow inputs with every |L_ij| <= 1 / (10 u) (u the unit roundoff; 25.6 for bf16):
             # exp(L) is in range, so the widened tile's exps are summed with no maxima.
-            direct = a.dtype != acc and bound * torch.finfo(a.dtype).eps / 2 <= \
-                SHIFT_INSIDE_MAX_ERROR
+            direct = a.dtype != acc and small_rounding(bound, a.dtype)
             ones = lse_rows.new_ones(block)
             for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
                 h, w = r1 - r0, c1 - c0
-                logits = _product(a_s, b, r0, r1, c0, c1, logits_buf, work_buf)
+                logits = tile_product(a_s, b, r0, r1, c0, c1, logits_buf, work_buf)
                 excluded = (None if excluded_buf is None else
                             tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
                 lo, hi, k = tiles.positives(r0, r1, c0, c1)
@@ -185,10 +132,7 @@ class _TiledLogSumExp(torch.autograd.Function):
                     part = lse_cols[c0:c1]
                     torch.logaddexp(part, tile_cols, out=part)
         ctx.save_for_backward(a, b, scale, lse_rows, lse_cols)
-        ctx.block = block  # type: ignore[attr-defined]
-        ctx.clamp = clamp  # type: ignore[attr-defined]
-        ctx.bound = bound  # type: ignore[attr-defined]
-        ctx.tiles = tiles  # type: ignore[attr-defined]
+        ctx.plan = TilePlan(block, tiles, clamp, bound)  # type: ignore[attr-defined]
         ctx.mark_non_differentiable(count_rows, count_cols)
         ctx.set_materialize_grads(False)
         return lse_rows, lse_cols, diagonal, count_rows, count_cols
@@ -197,122 +141,50 @@ class _TiledLogSumExp(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad_rows: Tensor | None, grad_cols: Tensor | None,
                  grad_diagonal: Tensor | None, *_: Any) -> tuple[Tensor | None, ...]:
-        a, b, scale, lse_rows, lse_cols = ctx.saved_tensors
-        with torch.autocast(a.device.type, enabled=False):
-            grads = _backward(a, b, scale, lse_rows, lse_cols, ctx.block, ctx.tiles,
-                              (ctx.clamp, ctx.bound),
-                              ctx.needs_input_grad[:3], grad_rows, grad_cols, grad_diagonal)
+        saved = ctx.saved_tensors
+        with torch.autocast(saved[0].device.type, enabled=False):
+            grads = _backward(saved, ctx.plan, ctx.needs_input_grad[:3],
+                              (grad_rows, grad_cols, grad_diagonal))
         return (*grads, None, None, None)
 
 
-def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: Tensor,
-              block: int, tiles: TileNegatives, ranges: tuple[bool, float],
-              needs: tuple[bool, ...],
-              grad_rows: Tensor | None, grad_cols: Tensor | None,
-              grad_diagonal: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """The gradients of ``a``, ``b`` and ``scale`` (module docstring, **backward**);
-    ``ranges``: whether the exps need clamping, and the bound on ``|L_ij|``."""
+def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...],
+              incoming: tuple[Tensor | None, Tensor | None, Tensor | None]
+              ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The gradients of ``a``, ``b`` and ``scale`` (module docstring, **backward**;
+    docs/theory.md §12), one accumulator loop over the tiles.
+
+    With ``G`` of each tile from :class:`~crl.losses._tile_math.TileGradient` and ``g_diag``
+    the positives' gradient, ``acc_a = sum_tiles G @ b[C] + g_diag * b[offset + i]``:
+    ``grad_a = scale * acc_a``, ``grad_b = sum_tiles G.T @ a_s[R]`` (plus ``g_diag * a_s`` at
+    the positives) and ``grad_scale = sum_i a_i . acc_a_i`` (per anchor for an ``(h,)`` scale).
+
+    Args:
+        saved: ``(a (h, D), b (W, D), scale, lse_rows (h,), lse_cols (W,) or empty)``.
+        plan: From the forward.
+        needs: Whether ``a``, ``b``, ``scale`` need a gradient.
+        incoming: The gradients of ``lse_rows``, ``lse_cols`` and the positive logits, each
+            None when that output was not used.
+    """
+    a, b, scale, lse_rows, lse_cols = saved
     need_a, need_b, need_scale = needs
-    clamp, bound = ranges
-    want_a = need_a or need_scale  # grad_scale is read off the grad_a accumulator
-    n_rows, n_cols = a.shape[0], b.shape[0]
+    grad_rows, grad_cols, grad_diagonal = incoming
+    if lse_cols.numel() == 0:
+        grad_cols = None
     acc = scale.dtype
     a_s = scaled(a, scale)  # (h, D)
     acc_a = torch.zeros(a.shape, dtype=acc, device=a.device)  # sum_j G_ij b_j
     acc_b = torch.zeros(b.shape, dtype=acc, device=a.device)  # sum_i G_ij scale_i a_i
-    if grad_cols is not None and lse_cols.numel() == 0:
-        grad_cols = None
     if grad_rows is not None or grad_cols is not None:
-        # A row with no candidate has lse = -inf and only -inf logits: shift it by 0 instead.
-        shift_rows = torch.nan_to_num(lse_rows, neginf=0.0).unsqueeze(1)  # (h, 1)
-        shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
-                      if grad_cols is not None else None)  # (1, W)
-        floor = exp_floor(acc)
-
-        def exp_(x: Tensor) -> Tensor:
-            """``exp`` in place, of arguments clamped at the floor where one can be below it."""
-            return (x.clamp_(min=floor) if clamp else x).exp_()
-
-        # Both directions from one exp: P_col = P_row * exp(lse_row_i - lse_col_j). When a
-        # tile's log-sum-exps span at most `window`, exp(lse_row_i - low) and
-        # exp(low - lse_col_j) neither overflow nor underflow, and a P_row clamped at the
-        # floor stands for a P_col below eps / (4 B): negligible. Other tiles take two exps.
-        window = -floor - precision_margin(acc, 4 * max(n_rows, n_cols))
-        bounds = block_bounds(shift_rows.squeeze(1), shift_cols, block)
-        grad_buf = acc_a.new_empty(block * block)
-        logits_buf = acc_a.new_empty(block * block)
-        narrow = a.dtype != acc
-        # Narrow inputs: G rounded for the gradient products, and a factor, in the logits'
-        # buffer (free by then). Where the forward's rounding of a logit (at most bound * u,
-        # u the unit roundoff) is small, the row shift rides inside the product, P_row = its
-        # exp: three passes over the tile instead of six; elsewhere (very low temperatures)
-        # the backward recomputes the forward's rounded logits, so P_row sums to 1 exactly.
-        low_buf = logits_buf.view(a.dtype) if narrow else None
-        inside = narrow and bound * torch.finfo(a.dtype).eps / 2 <= SHIFT_INSIDE_MAX_ERROR
-        shifted = _shift_inside(a_s, b, shift_rows) if inside else None
-        excluded_buf = (None if tiles.trivial else
-                        torch.empty(block * block, dtype=torch.bool, device=a.device))
-        for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
-            h, w = r1 - r0, c1 - c0
-            excluded = (None if excluded_buf is None else
-                        tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
-            fast = (grad_rows is not None and shift_cols is not None
-                    and grad_cols is not None and bounds is not None
-                    and span(bounds, r0 // block, c0 // block) <= window)
-            g: Tensor | None = None
-            g_low: Tensor | None = None
-            if low_buf is not None and shifted is not None and grad_rows is not None \
-                    and (fast or grad_cols is None):
-                # (h, w) in the inputs' dtype: L - lse_row, then P_row, then G
-                g_low = torch.mm(shifted[0][r0:r1], shifted[1][c0:c1].T,
-                                 out=low_buf[: h * w].view(h, w))
-                if excluded is not None:
-                    g_low.masked_fill_(excluded, -math.inf)
-                exp_(g_low)
-                if fast:
-                    assert bounds is not None and shift_cols is not None
-                    assert grad_cols is not None
-                    u, t = _direction_factors(bounds, r0 // block, c0 // block,
-                                              shift_rows[r0:r1, 0], shift_cols[0, c0:c1],
-                                              grad_cols[c0:c1])
-                    factor = low_buf[block * block: block * block + h * w].view(h, w)
-                    g_low.mul_(torch.addr(grad_rows[r0:r1].unsqueeze(1).to(a.dtype),
-                                          u.to(a.dtype), t.to(a.dtype), out=factor))
-                else:
-                    g_low.mul_(grad_rows[r0:r1].unsqueeze(1).to(a.dtype))
-            else:
-                logits = _product(a_s, b, r0, r1, c0, c1, logits_buf, grad_buf)
-                if excluded is not None:
-                    logits.masked_fill_(excluded, -math.inf)
-                g = grad_buf[: h * w].view(h, w)
-                if fast:
-                    assert bounds is not None and shift_cols is not None
-                    assert grad_rows is not None and grad_cols is not None
-                    torch.sub(logits, shift_rows[r0:r1], out=g)
-                    exp_(g)  # P_row
-                    u, t = _direction_factors(bounds, r0 // block, c0 // block,
-                                              shift_rows[r0:r1, 0], shift_cols[0, c0:c1],
-                                              grad_cols[c0:c1])
-                    # G = P_row * (g_row_i + g_col_j exp(lse_row_i - lse_col_j))
-                    g.mul_(torch.addr(grad_rows[r0:r1].unsqueeze(1), u, t, out=logits))
-                elif grad_rows is not None:
-                    torch.sub(logits, shift_rows[r0:r1], out=g)
-                    exp_(g)  # P_row
-                    g.mul_(grad_rows[r0:r1].unsqueeze(1))
-                    if shift_cols is not None and grad_cols is not None:
-                        p_col = exp_(logits.sub_(shift_cols[:, c0:c1]))
-                        g.addcmul_(p_col, grad_cols[c0:c1].unsqueeze(0))
-                elif shift_cols is not None and grad_cols is not None:
-                    torch.sub(logits, shift_cols[:, c0:c1], out=g)
-                    exp_(g).mul_(grad_cols[c0:c1].unsqueeze(0))  # P_col
-                g_low = None if low_buf is None else low_buf[: h * w].view(h, w).copy_(g)
-            if want_a:
-                _add_product(acc_a[r0:r1], g, g_low, b[c0:c1])
+        tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols))
+        for r0, r1, c0, c1 in tile_spans(a.shape[0], b.shape[0], plan.block):
+            g = tile_gradient(r0, r1, c0, c1)  # (h, w), in the inputs' dtype
+            if need_a or need_scale:  # grad_scale is read off the grad_a accumulator
+                _add_product(acc_a[r0:r1], g, b[c0:c1])
             if need_b:
-                _add_product(acc_b[c0:c1], None if g is None else g.T,
-                             None if g_low is None else g_low.T, a_s[r0:r1])
+                _add_product(acc_b[c0:c1], g.T, a_s[r0:r1])
     if grad_diagonal is not None:
-        own = slice(tiles.offset, tiles.offset + n_rows)  # the rows' positives
+        own = slice(plan.tiles.offset, plan.tiles.offset + a.shape[0])  # the rows' positives
         acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own].to(acc))
         acc_b[own].addcmul_(grad_diagonal.unsqueeze(1), a_s.to(acc))
     grad_a = scaled(acc_a, scale).to(a.dtype) if need_a else None
@@ -322,6 +194,14 @@ def _backward(a: Tensor, b: Tensor, scale: Tensor, lse_rows: Tensor, lse_cols: T
         products = a.to(acc) * acc_a
         grad_scale = products.sum(dim=1) if scale.dim() == 1 else products.sum()
     return grad_a, grad_b, grad_scale
+
+
+def _add_product(acc: Tensor, g: Tensor, y: Tensor) -> None:
+    """``acc += g @ y``; a ``g`` narrower than ``acc`` is multiplied in its dtype."""
+    if g.dtype == acc.dtype:
+        acc.addmm_(g, y)
+    else:
+        acc.add_(torch.mm(g, y))
 
 
 def tiled_logsumexp(a: Tensor, b: Tensor, scale: Tensor, block: int, tiles: TileNegatives,
