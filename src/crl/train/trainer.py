@@ -238,7 +238,9 @@ class Trainer:
             :class:`crl.train.steps.GroupStep` for a group).
 
     Raises:
-        CrlValueError: for no runs, or runs whose schedules differ.
+        CrlValueError: for no runs, or runs that differ in what makes the batches or the
+            schedule (``data``, ``train.seed``, ``train.batch_size``, ``train.sampler``, the
+            number of steps).
 
     Example:
         >>> import tempfile
@@ -256,13 +258,15 @@ class Trainer:
     def __init__(self, runs: Sequence[TrainingRun], step: Step) -> None:
         if not runs:
             raise CrlValueError("Trainer: `runs` must hold at least one started run; got none")
-        lead = runs[0].built
-        if any((r.built.total_steps, r.built.steps_per_epoch)
-               != (lead.total_steps, lead.steps_per_epoch) for r in runs):
-            raise CrlValueError("Trainer: the runs must share one schedule; got total steps "
-                                f"{sorted({r.built.total_steps for r in runs})}")
+        for i, run in enumerate(runs[1:], start=1):
+            differ = [name for name, value in _lockstep(run).items()
+                      if value != _lockstep(runs[0])[name]]
+            if differ:
+                raise CrlValueError(f"Trainer: the runs move in lockstep on the first run's "
+                                    f"batches; run {i} differs from the first in its "
+                                    f"{', '.join(differ)}")
         self.runs, self.step = list(runs), step
-        cfg = runs[0].config.train
+        cfg, lead = runs[0].config.train, runs[0].built
         self.sampler = build_sampler(cfg.sampler, lead.splits.train, cfg.batch_size,
                                      seed=cfg.seed)
 
@@ -366,6 +370,14 @@ class Trainer:
             with run.rng:
                 results.append(run.finish(started))
         return results
+
+
+def _lockstep(run: TrainingRun) -> dict[str, Any]:
+    """What runs trained together must share: what makes their batches and their schedule."""
+    cfg = run.config
+    return {"data": cfg.data, "train.seed": cfg.train.seed,
+            "train.batch_size": cfg.train.batch_size, "train.sampler": cfg.train.sampler,
+            "schedule": (run.built.total_steps, run.built.steps_per_epoch)}
 
 
 __all__ = ["RunResult", "Trainer", "TrainingRun", "open_run"]
