@@ -17,7 +17,7 @@ from crl.negatives import NegativesConfig
 
 def test_importing_the_loss_config_imports_no_loss() -> None:
     code = ("import sys, crl.losses.config; LossConfig = crl.losses.config.LossConfig; "
-            "LossConfig(name='gcl'); "
+            "LossConfig(name='gcl', block_size='plain'); "
             "print(sorted(m for m in sys.modules if m.startswith('crl.losses.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

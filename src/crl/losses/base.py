@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from crl import distributed
-from crl.losses.tiled import TileMask, runs_tiled
+from crl.losses.tiled import BlockSize, TileMask, Tiles
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -98,6 +98,10 @@ class PairBatch:
             blocks), or None (every other member).
         hard: ``(B, H, D)`` view-b embeddings of each anchor's ``H`` hard negatives (extra
             candidates of that anchor only, in the ``a -> b`` direction), or None.
+        tiles: ``"plain"`` (the rows' ``(h, B)`` logits built whole) or the side of the tiles
+            the exact kernel visits them in: decided once for the batch
+            (:func:`crl.losses.tiled.decide_tiles`, from the loss's ``block_size`` and the
+            sizes) by whoever builds it, read by the loss's :meth:`PairLoss.terms`.
     """
 
     za: Tensor
@@ -107,6 +111,7 @@ class PairBatch:
     rows: slice
     negatives: Tensor | TileMask | None = None
     hard: Tensor | None = None
+    tiles: Tiles = "plain"
 
     @property
     def size(self) -> int:
@@ -187,8 +192,8 @@ class PairLoss(nn.Module):
     accepts_hard_negatives: ClassVar[bool] = False
     #: Whether :meth:`terms` has the exact tiled path (``block_size``; large batches).
     tiled_path: ClassVar[bool] = False
-    #: The tile side of that path (None: tiles only for large batches).
-    block_size: int | None = None
+    #: The tile side of that path (None: tiles only for large batches; ``"plain"``: never).
+    block_size: BlockSize = None
 
     @classmethod
     def from_config(cls, cfg: LossConfig, ctx: LossContext) -> PairLoss:
@@ -198,13 +203,6 @@ class PairLoss(nn.Module):
     def terms(self, batch: PairBatch) -> AnchorTerms:
         """Per-anchor terms of ``batch.rows``."""
         raise NotImplementedError
-
-    def tiles(self, rows: int, width: int) -> bool:
-        """Whether :meth:`terms` visits ``rows`` anchors against ``width`` columns in tiles
-        (:func:`crl.losses.tiled.runs_tiled`): then bfloat16 embeddings reach the exact kernel as
-        they are (bf16 tile products, float32 accumulation); every other path gets float32
-        embeddings from :class:`~crl.losses.Objective`."""
-        return self.tiled_path and runs_tiled(self.block_size, rows, width)
 
     def logs(self) -> dict[str, float]:
         """Scalars to log after a step (its learnable scale, GCL's gamma)."""

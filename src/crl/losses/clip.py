@@ -18,7 +18,8 @@ from crl._validation import check_finite_scalar, check_pair
 from crl.losses._common import hard_scores, other_direction
 from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.functional.infonce import clip_loss
-from crl.losses.infonce import info_nce_terms, uses_plain
+from crl.losses.infonce import info_nce_terms
+from crl.losses.tiled import BlockSize
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -44,7 +45,8 @@ class ClipLoss(PairLoss):
         learnable: Train ``logit_scale`` (else it keeps its initial value).
         min_logit_scale: Lower clamp (None: none).
         symmetric: Both directions with a negatives mask.
-        block_size: Tile side of the exact tiled path (None: tiles only for large batches).
+        block_size: Tile side of the exact tiled path (None: tiles only for large batches;
+            ``"plain"``: never).
 
     Example:
         >>> loss = ClipLoss()
@@ -58,7 +60,7 @@ class ClipLoss(PairLoss):
     def __init__(self, init_logit_scale: float = CLIP_INIT_LOGIT_SCALE,
                  max_logit_scale: float = CLIP_MAX_LOGIT_SCALE, learnable: bool = True, *,
                  min_logit_scale: float | None = 0.0, symmetric: bool = True,
-                 block_size: int | None = None) -> None:
+                 block_size: BlockSize = None) -> None:
         super().__init__()
         for name, bound in (("init_logit_scale", init_logit_scale),
                             ("max_logit_scale", max_logit_scale)):
@@ -114,9 +116,9 @@ class ClipLoss(PairLoss):
 
     def terms(self, batch: PairBatch) -> AnchorTerms:
         scale = self.logit_scale.exp()
-        if batch.negatives is not None or not uses_plain(batch, self.block_size):
+        if batch.negatives is not None or batch.tiles != "plain":
             return info_nce_terms(batch, symmetric=self.symmetric or batch.negatives is None,
-                                  block_size=self.block_size, scale=scale)
+                                  scale=scale)
         # In-batch negatives, plain: cross-entropy per anchor, as open_clip's ClipLoss.
         rows, hard = batch.rows, batch.hard_rows()
         logits = scale * (batch.za[rows] @ batch.zb.T)  # (h, B)

@@ -12,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,10 +75,10 @@ class LossConfig(_Section):
         pairwise_loss: The surrogate of ``pairwise``.
         kmeans_weight: Weight of the relaxed k-means regulariser (0: off).
         kmeans_k: Its number of clusters (None: the data's number of classes, else 10).
-        block_size: Compute ``info_nce``, ``clip`` and ``gcl`` exactly over tiles of this side
-            (memory ``O(B·D + T²)`` instead of ``B²``; the same values and gradients). For
-            ``info_nce``/``clip`` it applies with in-batch negatives; ``gcl`` also asks negative
-            sets tile by tile. None: the plain path (tiles only above B = 2048).
+        block_size: Compute ``info_nce``, ``clip``, ``gcl`` and ``dcl`` exactly over tiles of
+            this side (memory ``O(B·D + T²)`` instead of ``B²``; the same values and gradients);
+            ``gcl`` and ``dcl`` also ask negative sets tile by tile. None: the plain path, tiles
+            only above B = 2048; ``"plain"``: the plain path at any batch size.
     """
 
     name: LossName = "info_nce"
@@ -90,7 +90,7 @@ class LossConfig(_Section):
     pairwise_loss: Literal["logistic", "exponential", "squared_hinge", "hinge"] = "logistic"
     kmeans_weight: float = Field(0.0, ge=0)
     kmeans_k: int | None = Field(None, ge=1)
-    block_size: int | None = Field(None, ge=1)
+    block_size: Annotated[int, Field(ge=1)] | Literal["plain"] | None = None
 
 
 __all__ = ["GclOptions", "LossConfig", "LossName", "OceOptions"]

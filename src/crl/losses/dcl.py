@@ -22,7 +22,7 @@ from crl.losses.base import (
     PairLoss,
     reduce_terms,
 )
-from crl.losses.tiled import anchor_logsumexp
+from crl.losses.tiled import BlockSize, anchor_logsumexp, decide_tiles
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -34,7 +34,8 @@ class DecoupledContrastiveLoss(PairLoss):
     Args:
         temperature: ``tau > 0``.
         symmetric: Average the ``a -> b`` and ``b -> a`` directions.
-        block_size: Tile side of the exact tiled path (None: tiles only for large batches).
+        block_size: Tile side of the exact tiled path (None: tiles only for large batches;
+            ``"plain"``: never).
 
     Example:
         >>> loss = DecoupledContrastiveLoss(temperature=1.0, symmetric=False)
@@ -46,7 +47,7 @@ class DecoupledContrastiveLoss(PairLoss):
     tiled_path = True
 
     def __init__(self, temperature: float = 0.1, symmetric: bool = True, *,
-                 block_size: int | None = None) -> None:
+                 block_size: BlockSize = None) -> None:
         super().__init__()
         check_positive("DecoupledContrastiveLoss", "temperature", temperature,
                        allow_tensor=False)
@@ -60,10 +61,13 @@ class DecoupledContrastiveLoss(PairLoss):
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         """The mean DCL of paired embeddings ``a, b (B, D)`` with in-batch negatives."""
-        a, b = check_pair("DecoupledContrastiveLoss", a, b)
-        index = torch.arange(a.shape[0], device=a.device)
-        return reduce_terms(self.terms(PairBatch(a, b, index, None, slice(0, a.shape[0]))),
-                            world=1)
+        where = "DecoupledContrastiveLoss"
+        a, b = check_pair(where, a, b)
+        batch = a.shape[0]
+        tiles = decide_tiles(where, self.block_size, batch, batch)
+        index = torch.arange(batch, device=a.device)
+        return reduce_terms(self.terms(PairBatch(a, b, index, None, slice(0, batch),
+                                                 tiles=tiles)), world=1)
 
     def terms(self, batch: PairBatch) -> AnchorTerms:
         rows, scale = batch.rows, 1.0 / self.temperature  # the kernel's accumulation dtype
@@ -73,7 +77,7 @@ class DecoupledContrastiveLoss(PairLoss):
             out = anchor_logsumexp(x[rows], y, scale, offset=int(rows.start),
                                    include_positive=False, negatives_mask=batch.negatives,
                                    anchor_index=batch.index[rows], candidate_index=batch.index,
-                                   block_size=self.block_size, extra=extra, check=False)
+                                   block_size=batch.tiles, extra=extra, check=False)
             has = out.counts > 0  # an anchor without negatives has lse = -inf: left out
             values.append(torch.where(has, out.lse - out.positive, torch.zeros_like(out.lse)))
             counted = has if counted is None else counted

@@ -41,7 +41,15 @@ from crl.losses.base import (
     PairLoss,
     reduce_terms,
 )
-from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp, densify
+from crl.losses.tiled import (
+    BlockSize,
+    TileMask,
+    Tiles,
+    anchor_logsumexp,
+    check_block_size,
+    decide_tiles,
+    densify,
+)
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
@@ -105,10 +113,10 @@ class GlobalContrastiveLoss(PairLoss):
         temperature_mode: ``"fixed"``, ``"global_learnable"`` or ``"per_sample"``.
         rho: The KL-radius term of the learnable-temperature objective (``tau * rho`` is added).
         min_temperature: Lower clamp of learnable temperatures.
-        block_size: If set, tiles of this side (:func:`crl.losses.tiled.anchor_logsumexp`):
-            memory ``O(B·D + T²)``, the same values and gradients (batches above
-            ``PLAIN_MAX_BATCH`` use tiles anyway); a :class:`~crl.losses.tiled.TileMask` is then
-            asked tile by tile, so no ``(B, B)`` mask is built.
+        block_size: An int: tiles of this side (:func:`crl.losses.tiled.anchor_logsumexp`):
+            memory ``O(B·D + T²)``, the same values and gradients; a
+            :class:`~crl.losses.tiled.TileMask` is then asked tile by tile, so no ``(B, B)`` mask
+            is built. None: tiles above ``PLAIN_MAX_BATCH`` only; ``"plain"``: never.
 
     Example:
         >>> loss = GlobalContrastiveLoss(num_samples=10, temperature=1.0)
@@ -140,12 +148,10 @@ class GlobalContrastiveLoss(PairLoss):
         temperature_mode: TemperatureMode = "fixed",
         rho: float = 6.5,
         min_temperature: float = 1e-3,
-        block_size: int | None = None,
+        block_size: BlockSize = None,
     ) -> None:
         super().__init__()
-        if block_size is not None:
-            check_int_range(_WHERE, "block_size", block_size, 1, None)
-        self.block_size = block_size
+        self.block_size = check_block_size(_WHERE, block_size)
         self.num_samples = check_int_range(_WHERE, "num_samples", num_samples, 1, None)
         check_positive(_WHERE, "temperature", temperature, allow_tensor=False)
         check_positive(_WHERE, "min_temperature", min_temperature, allow_tensor=False)
@@ -234,15 +240,15 @@ class GlobalContrastiveLoss(PairLoss):
         return new_log.to(device=log_g_hat.device, dtype=log_g_hat.dtype)
 
     def _direction(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None, index: Tensor,
-                   rows: slice, tau: Tensor, state: Tensor, extra: Tensor | None
+                   rows: slice, tau: Tensor, state: Tensor, extra: Tensor | None, tiles: Tiles
                    ) -> tuple[Tensor, Tensor]:
         """One direction for the anchors ``x[rows]`` against all candidates ``y (B, D)`` (and
         their own ``extra (h, H, D)``): ``(tau g_hat / u of the anchors with a negative (A,),
         which anchors those are (h,) bool)``; ``mask`` is the ``(h, B)`` rows' mask, a
-        :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``."""
+        :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``; ``tiles`` the batch's."""
         h, batch = rows.stop - rows.start, y.shape[0]
         tau_rows = tau if tau.dim() == 0 else tau[rows]  # () or (h,)
-        if self.block_size is None and h * batch <= PLAIN_MAX_BATCH ** 2:
+        if tiles == "plain":
             # Plain: Delta_ij = (s_ij - s_ii) / tau first, so a first visit with one negative
             # gives log u_i = Delta_ij exactly.
             if mask is not None and not isinstance(mask, Tensor):
@@ -274,7 +280,7 @@ class GlobalContrastiveLoss(PairLoss):
             out = anchor_logsumexp(x[rows], y, 1.0 / tau_rows, offset=rows.start,
                                    include_positive=self.include_positive, negatives_mask=mask,
                                    anchor_index=index[rows], candidate_index=index,
-                                   block_size=self.block_size, extra=extra, check=False)
+                                   block_size=tiles, extra=extra, check=False)
             counted = out.counts > int(self.include_positive)  # at least one negative
             has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
@@ -355,7 +361,8 @@ class GlobalContrastiveLoss(PairLoss):
             with torch.no_grad():  # only when needed: an in-place write would bump its version
                 if bool((self.temperature < self.min_temperature).any()):
                     self.after_step()
-        return reduce_terms(self.terms(PairBatch(a, b, index, None, rows, mask, hard),
+        tiles = decide_tiles(_WHERE, self.block_size, h, batch)
+        return reduce_terms(self.terms(PairBatch(a, b, index, None, rows, mask, hard, tiles),
                                        share_state=False), world=1)
 
     def terms(self, batch: PairBatch, *, share_state: bool = True) -> AnchorTerms:
@@ -364,18 +371,19 @@ class GlobalContrastiveLoss(PairLoss):
         dtype = compute_dtype(batch.za, batch.zb)
         a, b = batch.za, batch.zb  # bfloat16 stays so for the tiled kernel
         hard = batch.hard_rows()
-        if not self.tiles(batch.size, batch.za.shape[0]):
+        if batch.tiles == "plain":
             a, b = upcast(a, dtype), upcast(b, dtype)
             hard = None if hard is None else upcast(hard, dtype)
         index, rows = batch.index, batch.rows
         # The same sample-indexed mask serves both directions, hence (b, a) in the second.
         first, counted = self._direction(a, b, batch.negatives, index, rows,
-                                         self._tau(0, index, dtype), self.log_u_a2b, hard)
+                                         self._tau(0, index, dtype), self.log_u_a2b, hard,
+                                         batch.tiles)
         values = [expand_counted(first, counted, batch.size)]
         if self.symmetric:
             other, other_counted = self._direction(b, a, batch.negatives, index, rows,
                                                    self._tau(1, index, dtype), self.log_u_b2a,
-                                                   None)
+                                                   None, batch.tiles)
             values.append(expand_counted(other, other_counted, batch.size))
         if share_state and not batch.whole and distributed.is_active() \
                 and distributed.world_size() > 1:  # each rank updated its own rows

@@ -19,15 +19,10 @@ from crl._validation import check_positive
 from crl.losses._common import hard_scores, info_nce_rows, other_direction
 from crl.losses.base import AnchorTerms, LossContext, PairBatch, PairLoss
 from crl.losses.functional.infonce import info_nce
-from crl.losses.tiled import PLAIN_MAX_BATCH, TileMask, anchor_logsumexp
+from crl.losses.tiled import BlockSize, TileMask, anchor_logsumexp
 
 if TYPE_CHECKING:
     from crl.losses.config import LossConfig
-
-
-def uses_plain(batch: PairBatch, block_size: int | None) -> bool:
-    """Whether the rows' ``(h, B)`` logits are built whole (else visited in tiles)."""
-    return block_size is None and batch.size * batch.za.shape[0] <= PLAIN_MAX_BATCH ** 2
 
 
 def dense_negatives(batch: PairBatch) -> Tensor | None:
@@ -53,16 +48,16 @@ def candidates_mask(batch: PairBatch) -> tuple[Tensor, Tensor | None]:
     return candidates, has
 
 
-def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
-                   temperature: float | None = None, scale: Tensor | None = None) -> AnchorTerms:
+def info_nce_terms(batch: PairBatch, *, symmetric: bool, temperature: float | None = None,
+                   scale: Tensor | None = None) -> AnchorTerms:
     """InfoNCE terms of ``batch.rows`` with logits ``s / temperature`` or ``scale * s``.
 
-    Plain when ``block_size`` is None and ``h * B <= PLAIN_MAX_BATCH²``; otherwise the exact
-    tiled :func:`~crl.losses.tiled.anchor_logsumexp` (same values and gradients). No checks.
+    Plain or over the exact tiled :func:`~crl.losses.tiled.anchor_logsumexp` (same values and
+    gradients) as ``batch.tiles`` says. No checks.
     """
     tau = 1.0 if temperature is None else temperature
     rows, start, hard = batch.rows, int(batch.rows.start), batch.hard_rows()
-    if not uses_plain(batch, block_size):
+    if batch.tiles != "plain":
         multiplier = scale if scale is not None else 1.0 / float(tau)  # float32 for bf16
         values = []
         directions = [(batch.za, batch.zb, hard), (batch.zb, batch.za, None)]
@@ -70,7 +65,7 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, block_size: int | None,
             out = anchor_logsumexp(x[rows], y, multiplier, offset=start,
                                    negatives_mask=batch.negatives,
                                    anchor_index=batch.index[rows], candidate_index=batch.index,
-                                   block_size=block_size, extra=extra, check=False)
+                                   block_size=batch.tiles, extra=extra, check=False)
             values.append(out.lse - out.positive)
             if len(values) == 1:
                 counted = out.counts > 1  # the positive and at least one negative
@@ -109,7 +104,7 @@ class InfoNCELoss(PairLoss):
     tiled_path = True
 
     def __init__(self, temperature: float = 0.07, symmetric: bool = False, *,
-                 block_size: int | None = None) -> None:
+                 block_size: BlockSize = None) -> None:
         super().__init__()
         check_positive("InfoNCELoss", "temperature", temperature, allow_tensor=False)
         self.temperature = float(temperature)
@@ -126,8 +121,7 @@ class InfoNCELoss(PairLoss):
                         negatives_mask=negatives_mask, block_size=self.block_size)
 
     def terms(self, batch: PairBatch) -> AnchorTerms:
-        return info_nce_terms(batch, symmetric=self.symmetric, block_size=self.block_size,
-                              temperature=self.temperature)
+        return info_nce_terms(batch, symmetric=self.symmetric, temperature=self.temperature)
 
     def risk_temperature(self) -> float:
         return self.temperature
@@ -136,4 +130,4 @@ class InfoNCELoss(PairLoss):
         return f"temperature={self.temperature}, symmetric={self.symmetric}"
 
 
-__all__ = ["InfoNCELoss", "candidates_mask", "dense_negatives", "info_nce_terms", "uses_plain"]
+__all__ = ["InfoNCELoss", "candidates_mask", "dense_negatives", "info_nce_terms"]

@@ -20,7 +20,7 @@ from crl.losses.base import (
 )
 from crl.losses.kmeans import RelaxedKMeans
 from crl.losses.registry import loss_class
-from crl.losses.tiled import TileMask, densify
+from crl.losses.tiled import TileMask, Tiles, decide_tiles, densify
 from crl.negatives import NegativesConfig, NegativeSets, build_negative_sets
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ class Objective(nn.Module):
 
         Args:
             za: ``(B, D)`` view-a embeddings (the global batch under ``torchrun``); bfloat16
-                ones are widened to float32 unless the loss runs tiled
-                (:meth:`~crl.losses.base.PairLoss.tiles`: bf16 tile products).
+                ones are widened to float32 unless the loss runs tiled (bf16 tile products).
             zb: ``(B, D)`` view-b embeddings; ``zb[i]`` is the positive of ``za[i]``.
             index: ``(B,)`` int64 dataset indices.
             labels: ``(B,)`` labels or None.
@@ -111,12 +110,15 @@ class Objective(nn.Module):
                 raise CrlValueError(f"objective: `hard` must be (B, H, D) = ({batch}, H, "
                                     f"{za.shape[1]}); got {tuple(hard.shape)}")
         rows = check_rows("objective", rows, batch)
+        # Plain or tiled, decided here once; the loss reads it from the batch.
+        tiles: Tiles = decide_tiles("objective", self.loss.block_size, rows.stop - rows.start,
+                                    batch) if self.loss.tiled_path else "plain"
         wide = compute_dtype(za, zb)  # float32 for bfloat16 embeddings
-        if not self.loss.tiles(rows.stop - rows.start, batch):  # only the kernel takes bf16
+        if tiles == "plain":  # only the kernel takes bf16
             za, zb = upcast(za, wide), upcast(zb, wide)
             hard = None if hard is None else upcast(hard, wide)
         terms = self.loss.terms(PairBatch(za, zb, index, labels, rows,
-                                          self.negatives(index, labels, rows), hard))
+                                          self.negatives(index, labels, rows), hard, tiles))
         loss = reduce_terms(terms, distributed.world_size())
         logs = self.loss.logs()
         if self.regulariser is not None:

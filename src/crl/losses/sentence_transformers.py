@@ -43,7 +43,7 @@ from crl._validation import check_choice, check_int_range, check_positive
 from crl.errors import CrlValueError
 from crl.losses import build_objective
 from crl.losses.config import GclOptions, LossConfig
-from crl.losses.tiled import anchor_logsumexp
+from crl.losses.tiled import BlockSize, anchor_logsumexp
 from crl.negatives import NegativesConfig
 
 Similarity = Literal["cosine", "dot"]
@@ -68,7 +68,8 @@ class CrlContrastiveLoss(nn.Module):
         num_samples: Dataset size ``n``, required by GCL and by negative sets (the ``label``
             column then holds each pair's index in ``[0, n)``).
         gcl: GCL's options (gamma and its schedule, temperature mode).
-        block_size: Tile side of the exact tiled kernels (None: tiles only for large batches).
+        block_size: Tile side of the exact tiled kernels (None: tiles only for large batches;
+            ``"plain"``: never).
 
     ``SentenceTransformerTrainer`` optimises the loss module's parameters with the model's, so
     GCL's learnable temperatures are trained; it never calls ``set_epoch``, so GCL's cosine
@@ -82,7 +83,7 @@ class CrlContrastiveLoss(nn.Module):
                  scale: float = 20.0, similarity: Similarity = "cosine", symmetric: bool = False,
                  hard_negatives: HardNegatives = "own", negatives: NegativesConfig | None = None,
                  num_samples: int | None = None, gcl: GclOptions | None = None,
-                 block_size: int | None = None) -> None:
+                 block_size: BlockSize = None) -> None:
         super().__init__()
         check_choice(_WHERE, "loss", loss, ("info_nce", "gcl"))
         check_positive(_WHERE, "scale", scale, allow_tensor=False)

@@ -4,7 +4,7 @@ One public primitive, :func:`anchor_logsumexp`: a block of anchors against all c
 positive of anchor ``i`` at column ``offset + i``, the negatives from a dense mask or a
 :class:`TileMask` (such as :class:`crl.negatives.NegativeSets`, asked tile by tile from dataset
 indices, so no ``B²`` object is built), optional per-anchor extra candidates (hard negatives).
-InfoNCE, the CLIP loss (``info_nce`` / ``clip_loss`` with ``block_size``, both directions from one
+InfoNCE, the CLIP loss (``info_nce`` / ``clip_loss`` tiled, both directions from one
 pass over the tiles), GCL, the held-out risk and the uniformity metric are written on it. The
 kernel and its derivation live in :mod:`crl.losses._tiled_kernel`; results equal the plain
 ``(B, B)`` computations up to floating-point rounding (``docs/theory.md`` §12, the losses §8).
@@ -16,29 +16,41 @@ gradients come back in the input dtype.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
-from crl import _validation
-from crl._validation import check_int_range, check_pair, check_positive, check_tensor, describe
+from crl._validation import check_int_range, describe
 from crl.errors import CrlTypeError, CrlValueError
+from crl.losses._tile_checks import (
+    check_anchor_inputs,
+    check_index,
+    check_row_counts,
+    scale_tensor,
+    tile_dtypes,
+)
 from crl.losses._tile_negatives import TileMask, TileNegatives
 from crl.losses._tiled_kernel import (
-    accumulation_dtype,
     plain_logsumexp,
     scaled,
     tiled_logsumexp,
 )
 
+#: ``block_size`` of the losses and the kernel: None (automatic: the plain path up to
+#: :data:`PLAIN_MAX_BATCH`, tiles of :data:`DEFAULT_BLOCK_SIZE` above), ``"plain"`` (the plain
+#: path at any size) or the side of the tiles.
+BlockSize = int | Literal["plain"] | None
+#: What :func:`decide_tiles` decided: ``"plain"`` (the ``(h, W)`` logits built whole) or the side
+#: ``T`` of the ``T x T`` tiles they are visited in.
+Tiles = int | Literal["plain"]
 #: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (192 MiB in float32):
 #: the ``(T, D) @ (D, T)`` products run at full speed and there are few tiles, so few thread-pool
 #: synchronisations; on 2 shared CPU cores 4096 ran 1.3-1.9x faster than 2048 at B = 16,384.
 DEFAULT_BLOCK_SIZE = 4096
-#: ``info_nce``/``clip_loss``/:func:`anchor_logsumexp` with ``block_size=None`` build the plain
-#: scores up to this batch size (``h * W <= PLAIN_MAX_BATCH²``) and use tiles above it
-#: (measured: tiles win from about ``B = 2048`` on CPU).
+#: ``block_size=None`` builds the plain scores up to this batch size (``h * W <=
+#: PLAIN_MAX_BATCH²``) and uses tiles above it (measured: tiles win from about ``B = 2048`` on
+#: CPU); read by :func:`decide_tiles` at each call.
 PLAIN_MAX_BATCH = 2048
 #: A :class:`TileMask` block of at most this many entries (64 MiB of bool) is evaluated once
 #: per call, in row chunks, and kept dense (:func:`densify`): both directions of a loss and the
@@ -68,13 +80,6 @@ def densify(mask: TileMask, rows_index: Tensor, cols_index: Tensor, *,
     return torch.cat([mask.mask(rows_index[i:i + step], cols_index)
                       for i in range(0, max(h, 1), step)]) if h else \
         torch.zeros(0, width, dtype=torch.bool, device=rows_index.device)
-
-
-def check_index(where: str, name: str, index: object, length: int,
-                device: torch.device) -> Tensor:
-    """``index`` checked as ``(length,)`` integer dataset indices
-    (:func:`crl._validation.check_index`), on ``device``."""
-    return _validation.check_index(where, name, index, length=length).to(device)
 
 
 def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, offset: int,
@@ -142,101 +147,82 @@ def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, of
         own = torch.arange(h, device=device)
         has = dense.clone()
         has[own, own + offset] = False
-        _check_row_counts(where, has.sum(dim=1) + 1)  # + the positive
+        check_row_counts(where, has.sum(dim=1) + 1)  # + the positive
     return TileNegatives(dense, None, None, None, include_positive=include_positive,
                          offset=offset)
 
 
-def _check_row_counts(where: str, counts: Tensor) -> None:
-    """Every anchor needs a negative (``counts`` include the positive, hence ``< 2``)."""
-    empty = (counts < 2).nonzero().flatten()
-    if empty.numel() > 0:
-        first = [int(i) for i in empty[:5]]
-        raise CrlValueError(f"{where}: every row of `negatives_mask` needs at least one negative; "
-                            f"{empty.numel()} row(s) have none (first: {first})")
+def check_block_size(where: str, block_size: object) -> BlockSize:
+    """``block_size`` checked: None, ``"plain"`` or an int >= 1."""
+    if block_size is None or block_size == "plain":
+        return block_size  # type: ignore[return-value]
+    if isinstance(block_size, str):
+        raise CrlTypeError(f"{where}: `block_size` must be None (automatic), 'plain' or an "
+                           f"integer >= 1 (the tile side); got {block_size!r}")
+    return check_int_range(where, "block_size", block_size, 1, None)
 
 
-def resolve_block_size(where: str, block_size: int | None, batch: int) -> int:
-    """The tile side for a batch of ``batch``: ``block_size`` checked (an int >= 1), or
-    :data:`DEFAULT_BLOCK_SIZE` when None; never more than ``batch``."""
+def decide_tiles(where: str, block_size: object, h: int, width: int) -> Tiles:
+    """Plain or tiled, for ``h`` anchors against ``width`` candidates: the one place it is
+    decided (the losses read the result from :attr:`crl.losses.PairBatch.tiles`).
+
+    The plain path builds the ``(h, W)`` logits; tiles visit them ``T x T`` at a time in
+    ``O((h + W) D + T²)`` memory, with the same values and gradients (docs/theory.md §12).
+
+    Args:
+        where: The caller, for messages.
+        block_size: ``"plain"``; an int: tiles of that side (at most ``max(h, W)``); None:
+            plain while ``h * W <= PLAIN_MAX_BATCH²`` (read now, so it can be patched), else
+            tiles of :data:`DEFAULT_BLOCK_SIZE`.
+        h, width: Anchors and candidates.
+
+    Returns:
+        ``"plain"`` or the tile side ``T``.
+
+    Raises:
+        CrlTypeError / CrlValueError: for a ``block_size`` that is none of those.
+
+    Example:
+        >>> decide_tiles("f", None, 8, 8), decide_tiles("f", 3, 8, 8), decide_tiles("f", 64, 8, 8)
+        ('plain', 3, 8)
+    """
+    block_size = check_block_size(where, block_size)
+    if block_size == "plain" or (block_size is None and h * width <= PLAIN_MAX_BATCH ** 2):
+        return "plain"
     if block_size is None:
-        return max(1, min(DEFAULT_BLOCK_SIZE, batch))
-    check_int_range(where, "block_size", block_size, 1, None)
-    return min(block_size, batch)
-
-
-def runs_tiled(block_size: int | None, h: int, width: int) -> bool:
-    """Whether ``h`` anchors against ``width`` candidates are visited in tiles: always for a
-    ``block_size``, else when ``h * width > PLAIN_MAX_BATCH²`` (the plain path builds ``L``)."""
-    return block_size is not None or h * width > PLAIN_MAX_BATCH ** 2
-
-
-def use_tiles(where: str, a: object, block_size: int | None) -> bool:
-    """Whether ``info_nce``/``clip_loss`` take the tiled path: always for an int ``block_size``
-    (checked here), and for None when the batch has more than :data:`PLAIN_MAX_BATCH` rows."""
-    if block_size is not None:
-        check_int_range(where, "block_size", block_size, 1, None)
-        return True
-    return isinstance(a, Tensor) and a.dim() == 2 and a.shape[0] > PLAIN_MAX_BATCH
-
-
-def _scale_tensor(where: str, name: str, value: object, rows: int, dtype: torch.dtype,
-                  device: torch.device, *, per_anchor: bool, check: bool = True) -> Tensor:
-    """``value`` (a positive number, 0-dim tensor or, when ``per_anchor``, ``(rows,)`` tensor of
-    positive entries) as a tensor of ``dtype`` on ``device``, gradients kept; checked unless
-    ``check`` is False."""
-    if per_anchor and isinstance(value, Tensor) and value.dim() == 1:
-        if not check:
-            return value.to(device=device, dtype=dtype)
-        check_tensor(where, name, value, ndim=1)
-        if value.shape[0] != rows or not bool((value > 0).all()):
-            raise CrlValueError(f"{where}: a 1-D `{name}` must have shape ({rows},) and positive "
-                                f"entries; got {describe(value)}")
-        return value.to(device=device, dtype=dtype)
-    if check:
-        check_positive(where, name, value)
-    if isinstance(value, Tensor):
-        return value.reshape(()).to(device=device, dtype=dtype)
-    return torch.tensor(float(value), dtype=dtype, device=device)  # type: ignore[arg-type]
-
-
-def _dtypes(*xs: Tensor) -> tuple[torch.dtype, torch.dtype]:
-    """(products, accumulation) dtypes of embeddings ``xs``."""
-    dtype = xs[0].dtype
-    for x in xs[1:]:
-        dtype = torch.promote_types(dtype, x.dtype)
-    return dtype, accumulation_dtype(dtype)
+        return max(1, min(DEFAULT_BLOCK_SIZE, max(h, width)))
+    return min(block_size, max(h, width))
 
 
 def pair_loss(where: str, a: Tensor, b: Tensor, *, temperature: float | Tensor | None = None,
               scale: float | Tensor | None = None, symmetric: bool,
               negatives_mask: object = None, index: Tensor | None = None,
-              block_size: int | None = None) -> Tensor:
-    """InfoNCE of the pairs ``a[i], b[i]`` over tiles (``info_nce`` / ``clip_loss`` with a
-    ``block_size``): the mean over anchors of ``lse_i - L_ii``, and with ``symmetric`` the mean of
-    both directions, the second from the same tiles' columns and the transposed mask.
+              tile: int) -> Tensor:
+    """InfoNCE of the pairs ``a[i], b[i]`` over ``tile x tile`` tiles (``info_nce`` /
+    ``clip_loss`` when :func:`decide_tiles` says so): the mean over anchors of ``lse_i - L_ii``,
+    and with ``symmetric`` the mean of both directions, the second from the same tiles' columns
+    and the transposed mask.
 
-    ``a``, ``b``: ``(B, D)`` pairs; ``temperature`` (``tau``) or ``scale`` (``1 / tau``), one of
-    them; ``index``: the ``(B,)`` dataset indices for a :class:`TileMask`. Checked here.
+    ``a``, ``b``: ``(B, D)`` pairs (checked by the caller); ``temperature`` (``tau``) or
+    ``scale`` (``1 / tau``), one of them; ``index``: the ``(B,)`` dataset indices for a
+    :class:`TileMask`. The rest is checked here.
     """
-    a, b = check_pair(where, a, b)
     batch = a.shape[0]
-    prod, acc = _dtypes(a, b)
+    prod, acc = tile_dtypes(a, b)
     a, b = a.to(prod), b.to(prod)
     if temperature is not None:
-        scale_t = 1.0 / _scale_tensor(where, "temperature", temperature, batch, acc, a.device,
+        scale_t = 1.0 / scale_tensor(where, "temperature", temperature, batch, acc, a.device,
                                       per_anchor=False)
     else:
-        scale_t = _scale_tensor(where, "scale", scale, batch, acc, a.device, per_anchor=False)
-    block = resolve_block_size(where, block_size, batch)
+        scale_t = scale_tensor(where, "scale", scale, batch, acc, a.device, per_anchor=False)
     if index is not None:
         index = check_index(where, "index", index, batch, a.device)
     tiles = tile_negatives(where, negatives_mask, h=batch, width=batch, offset=0,
                            include_positive=True, anchor_index=index, candidate_index=index,
                            device=a.device, require_negatives=True)
-    out = tiled_logsumexp(a, b, scale_t, block, tiles, symmetric)
+    out = tiled_logsumexp(a, b, scale_t, tile, tiles, symmetric)
     if tiles.tile_mask is not None:
-        _check_row_counts(where, out.count_rows)
+        check_row_counts(where, out.count_rows)
     loss = (out.lse_rows - out.positive).mean()
     if symmetric:
         loss = 0.5 * (loss + (out.lse_cols - out.positive).mean())
@@ -280,7 +266,7 @@ def anchor_logsumexp(
     negatives_mask: Tensor | TileMask | None = None,
     anchor_index: Tensor | None = None,
     candidate_index: Tensor | None = None,
-    block_size: int | None = None,
+    block_size: BlockSize = None,
     extra: Tensor | None = None,
     check: bool = True,
 ) -> AnchorLogSumExp:
@@ -296,9 +282,9 @@ def anchor_logsumexp(
     rank ``r`` passes its rows, all gathered columns and ``offset = r * h``.
 
     Small problems (``h * W <= PLAIN_MAX_BATCH²`` and no ``block_size``) build ``L``; larger ones
-    (or any ``block_size``) visit it in ``T x T`` tiles in ``O((h + W) D + T²)`` memory, with the
-    same values and gradients. bfloat16 / float16 inputs are multiplied in their dtype and
-    reduced in float32.
+    (or an int ``block_size``) visit it in ``T x T`` tiles in ``O((h + W) D + T²)`` memory, with
+    the same values and gradients (:func:`decide_tiles`). bfloat16 / float16 inputs are
+    multiplied in their dtype and reduced in float32.
 
     Args:
         anchors: ``(h, D)``.
@@ -313,7 +299,8 @@ def anchor_logsumexp(
         anchor_index: ``(h,)`` dataset indices of the anchors for a :class:`TileMask`
             (default ``arange(offset, offset + h)``).
         candidate_index: ``(W,)`` dataset indices of the candidates (default ``arange(W)``).
-        block_size: Tile side ``T``; None: tiles only for large problems.
+        block_size: Tile side ``T``; ``"plain"``: ``L`` built whole; None: tiles only for large
+            problems.
         extra: ``(h, H, D)`` extra candidates of each anchor (``H >= 0``), scored
             ``scale_i * anchors[i] . extra[i, k]``; differentiable.
         check: Check the arguments (the default). False skips every check, including those
@@ -343,18 +330,18 @@ def anchor_logsumexp(
     """
     where = "anchor_logsumexp"
     if check:
-        _check_anchor_inputs(where, anchors, candidates, offset, extra)
+        check_anchor_inputs(where, anchors, candidates, offset, extra)
     h, width = anchors.shape[0], candidates.shape[0]
-    prod, acc = _dtypes(anchors, candidates, *([] if extra is None else [extra]))
+    prod, acc = tile_dtypes(anchors, candidates, *([] if extra is None else [extra]))
     anchors, candidates = anchors.to(prod), candidates.to(prod)
     device = anchors.device
-    scale_t = _scale_tensor(where, "scale", scale, h, acc, device, per_anchor=True, check=check)
+    scale_t = scale_tensor(where, "scale", scale, h, acc, device, per_anchor=True, check=check)
     tiles = tile_negatives(where, negatives_mask, h=h, width=width, offset=offset,
                            include_positive=include_positive, anchor_index=anchor_index,
                            candidate_index=candidate_index, device=device, check=check)
-    if runs_tiled(block_size, h, width):
-        block = resolve_block_size(where, block_size, max(h, width))
-        out = tiled_logsumexp(anchors, candidates, scale_t, block, tiles, False)
+    tile = decide_tiles(where, block_size, h, width)
+    if tile != "plain":
+        out = tiled_logsumexp(anchors, candidates, scale_t, tile, tiles, False)
         lse, positive, counts = out.lse_rows, out.positive, out.count_rows
     else:
         lse, positive, counts = plain_logsumexp(anchors, candidates, scale_t, tiles)
@@ -366,34 +353,13 @@ def anchor_logsumexp(
     return AnchorLogSumExp(lse, positive, counts)
 
 
-def _check_anchor_inputs(where: str, anchors: object, candidates: object, offset: object,
-                         extra: object) -> None:
-    """The checks of :func:`anchor_logsumexp`'s embeddings, ``offset`` and ``extra``."""
-    anchors = check_tensor(where, "anchors", anchors, ndim=2)
-    candidates = check_tensor(where, "candidates", candidates, ndim=2)
-    h, width = anchors.shape[0], candidates.shape[0]
-    if anchors.shape[1] != candidates.shape[1] or anchors.device != candidates.device:
-        raise CrlValueError(
-            f"{where}: `anchors` and `candidates` must have the same width D and device; got "
-            f"{describe(anchors)} and {describe(candidates)}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 \
-            or offset + h > width or h == 0:
-        raise CrlValueError(
-            f"{where}: `offset` must be an int in [0, W - h] = [0, {width - h}] so that every "
-            f"anchor's positive (column offset + i) is a candidate, with h >= 1; got "
-            f"offset={offset!r} for h = {h} anchors and W = {width} candidates")
-    if extra is not None:
-        extra = check_tensor(where, "extra", extra, ndim=3)
-        if extra.shape[0] != h or extra.shape[2] != anchors.shape[1] \
-                or extra.device != anchors.device:
-            raise CrlValueError(f"{where}: `extra` must have shape (h, H, D) = ({h}, H, "
-                                f"{anchors.shape[1]}) on {anchors.device}; got {describe(extra)}")
-
-
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "PLAIN_MAX_BATCH",
     "AnchorLogSumExp",
+    "BlockSize",
     "TileMask",
+    "Tiles",
     "anchor_logsumexp",
+    "decide_tiles",
 ]

@@ -19,11 +19,16 @@ from crl._validation import (
     upcast,
 )
 from crl.losses._common import info_nce_rows, masked_logsumexp
-from crl.losses.tiled import TileMask, dense_mask, pair_loss, use_tiles
+from crl.losses.tiled import BlockSize, TileMask, decide_tiles, dense_mask, pair_loss
 
 
 def _prepare(where: str, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     a, b = check_pair(where, a, b)
+    return _widen(a, b)
+
+
+def _widen(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """The plain path's float32 for half-precision pairs."""
     dtype = compute_dtype(a, b)
     return upcast(a, dtype), upcast(b, dtype)
 
@@ -47,7 +52,7 @@ def info_nce(
     symmetric: bool = False,
     negatives_mask: Tensor | TileMask | None = None,
     index: Tensor | None = None,
-    block_size: int | None = None,
+    block_size: BlockSize = None,
 ) -> Tensor:
     """InfoNCE with the positive in the denominator (CPC / SimCLR / CLIP; docs/theory.md §8).
 
@@ -68,9 +73,9 @@ def info_nce(
         index: ``(B,)`` dataset indices of the pairs, read by a ``TileMask`` mask (default
             ``arange(B)``); unused otherwise.
         block_size: None: the plain ``(B, B)`` computation up to ``B = PLAIN_MAX_BATCH`` (2048),
-            the exact tiled one (:mod:`crl.losses.tiled`) above it. An int:
-            always tiled, with ``block_size x block_size`` tiles (``O(B·D + block_size²)``
-            memory). Value and gradients are the same either way.
+            the exact tiled one (:mod:`crl.losses.tiled`) above it. ``"plain"``: the plain one at
+            any size. An int: always tiled, with ``block_size x block_size`` tiles
+            (``O(B·D + block_size²)`` memory). Value and gradients are the same either way.
 
     Returns:
         0-dim tensor: the mean loss over anchors.
@@ -85,10 +90,12 @@ def info_nce(
         0.5514
     """
     where = "info_nce"
-    if use_tiles(where, a, block_size):
+    a, b = check_pair(where, a, b)
+    tile = decide_tiles(where, block_size, a.shape[0], a.shape[0])
+    if tile != "plain":
         return pair_loss(where, a, b, temperature=temperature, symmetric=symmetric,
-                         negatives_mask=negatives_mask, index=index, block_size=block_size)
-    a, b = _prepare(where, a, b)
+                         negatives_mask=negatives_mask, index=index, tile=tile)
+    a, b = _widen(a, b)
     check_positive(where, "temperature", temperature)
     negatives_mask = dense_mask(where, negatives_mask, index, a.shape[0], a.device)
     negatives = _negatives(where, negatives_mask, a.shape[0], a.device)
@@ -101,7 +108,7 @@ def info_nce(
 
 
 def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
-              block_size: int | None = None) -> Tensor:
+              block_size: BlockSize = None) -> Tensor:
     """The CLIP loss exactly as open_clip's ``ClipLoss`` on one process.
 
     ``(CE(scale * a @ b.T, arange(B)) + CE(scale * b @ a.T, arange(B))) / 2``, where ``scale`` is
@@ -112,8 +119,8 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
         b: Text (or view-b) embeddings ``(B, D)``.
         scale: Positive number or 0-dim tensor (may require grad).
         block_size: None: plain up to ``B = PLAIN_MAX_BATCH`` (2048), exact tiles
-            (:mod:`crl.losses.tiled`) above; an int: always tiled with that tile
-            side. Same value and gradients either way.
+            (:mod:`crl.losses.tiled`) above; ``"plain"``: plain at any size; an int: always
+            tiled with that tile side. Same value and gradients either way.
 
     Returns:
         0-dim tensor.
@@ -124,9 +131,11 @@ def clip_loss(a: Tensor, b: Tensor, scale: float | Tensor, *,
         0.5514
     """
     where = "clip_loss"
-    if use_tiles(where, a, block_size):
-        return pair_loss(where, a, b, scale=scale, symmetric=True, block_size=block_size)
-    a, b = _prepare(where, a, b)
+    a, b = check_pair(where, a, b)
+    tile = decide_tiles(where, block_size, a.shape[0], a.shape[0])
+    if tile != "plain":
+        return pair_loss(where, a, b, scale=scale, symmetric=True, tile=tile)
+    a, b = _widen(a, b)
     check_positive(where, "scale", scale)
     if isinstance(scale, Tensor):
         scale = upcast(scale, a.dtype)
