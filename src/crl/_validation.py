@@ -18,6 +18,18 @@ from crl.errors import CrlTypeError, CrlValueError
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def clip_text(text: str, limit: int = 200) -> str:
+    """``text`` on one line and at most ``limit`` characters (``...`` where it was cut), so that
+    a message never quotes a whole document.
+
+    Example:
+        >>> clip_text("a\\n b" + "c" * 300, 8)
+        'a bcc...'
+    """
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def describe(value: Any) -> str:
     """A short description of ``value`` for error messages."""
     if isinstance(value, Tensor):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bad_input_files as bad
 import numpy as np
 import pytest
 import torch
@@ -201,6 +202,22 @@ def _cli_files(make: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
         return _cli_train("--set", "data.name=files", "--set", f"data.files.path={path}",
                           "--set", "data.num_train=null")(tmp)
     return setup
+
+
+def _cli_pretrained(make: Callable[[Path], Path]) -> Callable[[Path], list[str]]:
+    """``crl train`` on good text pairs with ``model.pretrained`` the directory ``make`` wrote."""
+    def setup(tmp: Path) -> list[str]:
+        model = make(tmp)
+        return [*_cli_files(bad.good_jsonl)(tmp), "--set", "model.kind=transformer",
+                "--set", f"model.pretrained={model}", "--set", "model.embed_dim=null"]
+    return setup
+
+
+def _shell_checkpoint_run(tmp: Path) -> Path:
+    """A stopped run whose checkpoint.pt would run ``touch tmp/pwned`` if trusted."""
+    run = _stopped_run(tmp)
+    bad.os_system_checkpoint(run / "checkpoint.pt", tmp / "pwned")
+    return run
 
 
 def _cli_existing_run(tmp: Path) -> list[str]:
@@ -495,6 +512,10 @@ CASES: list[Case] = [
          "files: unsupported file type '.xlsx'",
          "convert to .npz, .jsonl, .csv, .tsv or .parquet (docs/data.md)",
          api=_pairs_file(lambda tmp: _write(tmp / "pairs.xlsx", "a,b\n"))),
+    Case("npz-zero-width", "API", "a `.npz` whose `a` and `b` have shape (200, 0)",
+         CrlValueError, "array 'a' has shape (200, 0): vectors of 0 values",
+         "save vectors of D >= 1 values per pair (it trained at chance before)",
+         api=_pairs_file(bad.zero_width_npz)),
     Case("pycode-no-python-files", "API", "a pycode source root with no `.py` files",
          CrlValueError, "holds no Python (.py) files", "point data.pycode.roots at source code",
          api=_empty_python_root),
@@ -540,6 +561,45 @@ CASES: list[Case] = [
     Case("cli-missing-data-file", "CLI", "`crl train` on a data file that does not exist",
          FileNotFoundError, "files: no such file", "check data.files.path",
          cli=_cli_files(lambda tmp: tmp / "nothing.npz")),
+    Case("cli-yaml-nested-aliases", "CLI", "`crl train bomb.yaml`: 1.3 kB of nested YAML "
+         "aliases that stand for 387 million values (a 'billion laughs')", CrlValueError,
+         "the YAML holds more than 100,000 values once its aliases (*name) are expanded",
+         "write the values out; nothing of the document is quoted",
+         cli=lambda tmp: ["train", str(bad.laughs_yaml(tmp)), "--out", str(tmp / "runs")]),
+    Case("cli-yaml-too-deep", "CLI", "`crl train deep.yaml` with lists nested 5,000 deep",
+         CrlValueError, "the YAML nests deeper than 64 levels", "flatten the config",
+         cli=lambda tmp: ["train", str(bad.deep_yaml(tmp)), "--out", str(tmp / "runs")]),
+    Case("cli-jsonl-nested-deep", "CLI", "`crl train` on a `.jsonl` whose line 25 nests "
+         "arrays 200,000 deep", CrlValueError,
+         "line 25 nests its JSON deeper than the parser can follow",
+         "give one flat JSON object per line", cli=_cli_files(bad.nested_jsonl)),
+    Case("cli-jsonl-not-utf8", "CLI", "`crl train` on a `.jsonl` with a Latin-1 byte on line "
+         "25", CrlValueError, "is not UTF-8 text: line 25 holds the byte 0xe9",
+         "save the file as UTF-8 (`iconv -f latin1 -t utf-8`)",
+         cli=_cli_files(bad.latin1_jsonl)),
+    Case("cli-encode-not-utf8", "CLI", "`crl encode RUN_DIR texts.jsonl --out x.npy` with a "
+         "Latin-1 byte in the texts", CrlValueError, "texts.jsonl is not UTF-8 text: line 25",
+         "save the file as UTF-8",
+         cli=lambda tmp: ["encode", str(bad.text_run(tmp)),
+                          str(bad.latin1_jsonl(tmp, "texts.jsonl")), "--out",
+                          str(tmp / "x.npy"), "--no-progress"]),
+    Case("cli-jsonl-gzip", "CLI", "`crl train` on gzip-compressed pairs named `pairs.jsonl`",
+         CrlValueError, "pairs.jsonl is gzip-compressed, not text",
+         "decompress it (`gunzip -c pairs.jsonl > plain.jsonl`)",
+         cli=_cli_files(bad.gzip_jsonl)),
+    Case("cli-npz-zero-width", "CLI", "`crl train` on a `.npz` whose `a` and `b` have shape "
+         "(200, 0)", CrlValueError, "has shape (200, 0): vectors of 0 values",
+         "save vectors of D >= 1 values", cli=_cli_files(bad.zero_width_npz)),
+    Case("cli-pretrained-pickle", "CLI", "`crl train` with `model.pretrained` a directory whose "
+         "`pytorch_model.bin` pickle would call `os.system`", CrlValueError,
+         "pytorch_model.bin holds objects other than tensors (Unsupported global: GLOBAL "
+         "posix.system): pickled code or objects, which crl refuses to load",
+         "use a model saved as model.safetensors, from a source you trust (nothing ran)",
+         cli=_cli_pretrained(bad.pickled_pretrained)),
+    Case("cli-pretrained-truncated", "CLI", "`crl train` with `model.pretrained` a directory "
+         "whose `model.safetensors` is cut to half", CrlValueError,
+         "offline (SafetensorError: Error while deserializing header",
+         "re-save or copy the model again", cli=_cli_pretrained(bad.truncated_safetensors)),
     Case("cli-unwritable-out", "CLI", "`crl train ... --out DIR` where DIR cannot be created "
          "(below a regular file)", NotADirectoryError, "Not a directory; check the path",
          "choose a writable --out",
@@ -554,6 +614,11 @@ CASES: list[Case] = [
          "would create a file when loaded", CrlError,
          "holds objects other than tensors and plain values", "delete it (nothing in it ran)",
          cli=lambda tmp: ["eval", str(_hostile_run(tmp))]),
+    Case("cli-shell-checkpoint", "CLI", "`crl eval RUN_DIR` with a checkpoint whose pickle "
+         "would call `os.system`", CrlError,
+         "(Unsupported global: GLOBAL posix.system): pickled code or objects, which crl "
+         "refuses to load", "delete it (nothing in it ran); never load it with "
+         "weights_only=False", cli=lambda tmp: ["eval", str(_shell_checkpoint_run(tmp))]),
     Case("cli-bad-option-value", "CLI", "`crl train ... --nproc two` (any option of the wrong "
          "type)", typer.BadParameter, "crl train: Invalid value for '--nproc'",
          "give an integer; the line ends with where the help is", cli=_cli_train("--nproc", "two")),

@@ -12,6 +12,8 @@ import hashlib
 import importlib
 import os
 import uuid
+import warnings
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,9 +54,43 @@ def minilm_model_dir() -> Path:
     return path
 
 
+def _read_shard(shard: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``keys (N,)`` and ``features (N, dim)`` of one shard, verified: every array's CRC-32
+    (the checksum ``np.savez`` stores in the zip archive) must match its bytes.
+
+    Raises:
+        zipfile.BadZipFile, ValueError, KeyError, OSError: for a truncated or damaged shard.
+    """
+    with zipfile.ZipFile(shard) as archive:
+        bad = archive.testzip()  # reads every entry and checks its CRC-32
+    if bad is not None:
+        raise ValueError(f"entry {bad} fails its CRC-32 check")
+    with np.load(shard, allow_pickle=False) as data:
+        keys, feats = data["keys"], data["features"]
+    if feats.ndim != 2 or feats.shape[1] != dim or len(keys) != len(feats):
+        raise ValueError(f"features of shape {feats.shape} for {len(keys)} keys; expected "
+                         f"({len(keys)}, {dim})")
+    return keys, feats
+
+
+def _drop_bad_shard(shard: Path, exc: BaseException) -> None:
+    """Say which shard is bad and delete it, so that its texts are encoded again (once) instead
+    of every later run failing on it."""
+    warnings.warn(f"feature cache: {shard} is truncated or corrupt ({type(exc).__name__}: "
+                  f"{exc}); deleted it, its texts will be encoded again", RuntimeWarning,
+                  stacklevel=3)
+    try:
+        shard.unlink()
+    except OSError:
+        pass  # another process deleted it first, or the cache is read-only
+
+
 class FeatureCache:
     """Feature vectors on disk keyed by hex digests: ``<directory>/shard-*.npz`` files with
     ``keys (N,)`` (bytes) and ``features (N, dim)`` float32.
+
+    Each shard is verified when read (the CRC-32 of its arrays); a truncated or damaged one is
+    named in a ``RuntimeWarning`` and deleted, so its texts are encoded again into a new shard.
 
     Example:
         >>> import tempfile
@@ -73,11 +109,11 @@ class FeatureCache:
         shards = sorted(directory.glob("shard-*.npz")) if directory.is_dir() else []
         for shard in shards:
             try:
-                with np.load(shard, allow_pickle=False) as data:
-                    keys, feats = data["keys"], data["features"]
-            except (OSError, ValueError, KeyError):
-                continue  # being compacted away by another process, or a torn file
-            if feats.ndim != 2 or feats.shape[1] != dim or len(keys) != len(feats):
+                keys, feats = _read_shard(shard, dim)
+            except FileNotFoundError:
+                continue  # compacted away by another process since the listing
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                _drop_bad_shard(shard, exc)  # its texts are encoded again, into a new shard
                 continue
             self._add(keys.astype(str).tolist(), feats.astype(np.float32, copy=False))
         if len(shards) > _MAX_SHARDS:

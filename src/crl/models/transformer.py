@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 
+from crl._unpickling import refused_request, unpickler_reason
 from crl.errors import CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
@@ -64,7 +68,7 @@ def resolve_model_dir(pretrained: str | Path | None) -> Path:
             sub = next(e.get("path", "") for e in entries
                        if str(e.get("type", "")).endswith("Transformer"))
             root = root / sub
-        except (ValueError, StopIteration, AttributeError, TypeError):
+        except (ValueError, StopIteration, AttributeError, TypeError, RecursionError):
             pass
     if not (root / "config.json").is_file():
         raise CrlValueError(
@@ -82,7 +86,7 @@ def default_max_seq_length(model_dir: Path, tokenizer: Any, config: Any) -> int:
         if candidate.is_file():
             try:
                 value = json.loads(candidate.read_text(encoding="utf-8")).get("max_seq_length")
-            except ValueError:
+            except (ValueError, AttributeError, RecursionError):  # not a JSON object
                 value = None
             if isinstance(value, int) and value > 0:
                 return value
@@ -177,9 +181,13 @@ class TransformerEncoder(nn.Module):
 
         try:
             self.model: Any = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
-        except (OSError, ValueError) as exc:
+        except pickle.UnpicklingError as exc:
+            raise _pickled_weights(model_dir, exc) from None
+        except (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile,
+                SafetensorError) as exc:  # a missing, truncated or corrupt file
             raise CrlValueError(f"model.pretrained: cannot load the model in {model_dir} "
-                                f"offline ({str(exc).splitlines()[0]})") from None
+                                f"offline ({type(exc).__name__}: {unpickler_reason(exc)}); "
+                                "re-save or copy the model again") from None
         self.model.train()
         self.pooling = pooling
         self.dim = int(self.model.config.hidden_size)
@@ -213,6 +221,17 @@ class TransformerEncoder(nn.Module):
             return hidden[:, 0]  # (B, hidden)
         weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
         return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def _pickled_weights(model_dir: Path, exc: pickle.UnpicklingError) -> CrlValueError:
+    """The refusal of ``pytorch_model.bin`` weights that ask for code (transformers reads them
+    with ``torch.load(weights_only=True)``, so nothing ran)."""
+    files = sorted(p.name for p in model_dir.glob("*.bin")) or ["its weights"]
+    request = refused_request(exc) or f"UnpicklingError: {unpickler_reason(exc)}"
+    return CrlValueError(
+        f"model.pretrained: {model_dir / files[0]} holds objects other than tensors ({request}):"
+        " pickled code or objects, which crl refuses to load (weights_only=True) and did not "
+        "run; use a model saved as model.safetensors, from a source you trust")
 
 
 def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:

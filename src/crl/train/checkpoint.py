@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from crl import __version__
+from crl._unpickling import pickled_globals, refused_request, unpickler_reason
 from crl.errors import CrlError, StaleRunError
 from crl.rundir import atomic_write
 
@@ -86,22 +87,25 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
                        "train.checkpoint_every steps and at its end); start it without --resume")
     try:
         # torch.load does not check the zip entries' CRC-32: flipped bytes in the tensor data
-        # would load as silently wrong weights, so the archive is verified first.
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-        if bad is not None:
-            raise ValueError(f"entry {bad} fails its CRC-32 check")
+        # would load as silently wrong weights, so the archive is verified first. A file that
+        # is not a zip goes to torch.load as it is (torch's legacy format, or a bare pickle).
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            if bad is not None:
+                raise ValueError(f"entry {bad} fails its CRC-32 check")
         # weights_only=True: the unpickler builds tensors and plain values only, so a file that
         # asks for anything else (a function to call on load) fails here and nothing runs.
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Unsupported global" not in str(exc):  # a damaged opcode, not a request for code
+        request = refused_request(exc) or pickled_globals(path)
+        if request is None:  # a damaged opcode, not a request for code
             raise _corrupt(path, exc) from None
         raise CrlError(
-            f"checkpoint {path} holds objects other than tensors and plain values "
-            f"({_unpickler_reason(exc)}); crl reads checkpoints with "
-            "torch.load(weights_only=True) and ran nothing from it: it was not written by crl "
-            "or was tampered with; delete it, or re-create it from a run you trust"
+            f"checkpoint {path} holds objects other than tensors and plain values ({request}): "
+            "pickled code or objects, which crl refuses to load (it reads checkpoints with "
+            "weights_only=True) and did not run; the file was not written by crl or was "
+            "tampered with: delete it, or re-create it from a run you trust"
         ) from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile,
             ValueError, MemoryError, KeyError, AttributeError, ImportError, TypeError,
@@ -126,18 +130,8 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
 
 
 def _corrupt(path: Path, exc: BaseException) -> CrlError:
-    first = str(exc).splitlines()[0] if str(exc) else ""
     return CrlError(f"checkpoint {path} is truncated or corrupt ({type(exc).__name__}: "
-                    f"{first}); delete it to start over")
-
-
-def _unpickler_reason(exc: BaseException) -> str:
-    """torch's one line naming what the file asked for (``Unsupported global: GLOBAL ...``)."""
-    for line in str(exc).splitlines():
-        if "WeightsUnpickler error:" in line:
-            reason = line.split("WeightsUnpickler error:", 1)[1].strip()
-            return reason.split(" was not an allowed global")[0].split(". Please")[0]
-    return "not loadable with weights_only=True"
+                    f"{unpickler_reason(exc)}); delete it to start over")
 
 
 __all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "rng_state", "save_checkpoint",

@@ -15,9 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from crl._validation import clip_text, describe
+from crl._yaml import YamlLimitError, load_yaml
 from crl.errors import CrlValueError
 from crl.train.config import TrainConfig
 
@@ -40,10 +41,7 @@ def _read_source(path_or_preset: str | Path) -> tuple[dict[str, Any], str]:
             f"load_config: CONFIG must be a YAML file or a preset name; got {str(path_or_preset)!r}"
             f" (no such file; presets: {', '.join(preset_names())})"
         )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CrlValueError(f"{origin}: not valid YAML: {exc}") from None
+    data = load_yaml(text, origin)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -66,16 +64,18 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             raise CrlValueError(f"--set: expected KEY=VALUE with a dotted KEY such as "
                                 f"train.steps=100; got {item!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = load_yaml(raw, f"--set {describe(item)}") if raw.strip() else None
+        except YamlLimitError:
+            raise
+        except CrlValueError:  # not YAML: the text itself
             value = raw
         node = data
         parts = key.split(".")
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise CrlValueError(f"--set {item!r}: {'.'.join(parts[:depth + 1])} is a value, "
-                                    f"not a section; got {child!r}")
+                raise CrlValueError(f"--set {describe(item)}: {'.'.join(parts[:depth + 1])} is "
+                                    f"a value, not a section; got {describe(child)}")
             node = child
         node[parts[-1]] = value
     return data
@@ -93,8 +93,13 @@ def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
     return cls
 
 
+#: The most errors of a config listed in its message (the count says how many there are).
+_MAX_LISTED = 20
+
+
 def format_validation_error(exc: ValidationError, origin: str) -> str:
-    """All errors of a config, one line each, naming the dotted key."""
+    """All errors of a config, one line each (the first :data:`_MAX_LISTED`), naming the dotted
+    key; a value is quoted in at most 60 characters."""
     lines = []
     for err in exc.errors():
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
@@ -104,16 +109,18 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
             valid = ", ".join(parent.model_fields) if parent is not None else "?"
             lines.append(f"  {key}: unknown key; valid keys here: {valid}")
         else:
-            message = err["msg"].removeprefix("Value error, ")
+            message = clip_text(err["msg"].removeprefix("Value error, "))
             got = err.get("input")
-            shown = "" if isinstance(got, dict) else f"; got {got!r}"
+            shown = "" if isinstance(got, dict) else f"; got {describe(got)}"
             # A section's own check ("ks must be ...") is shown at the key it names: eval.ks.
             section = _model_at(loc)
             named = message.split(" ", 1)[0]
             if section is not None and named in section.model_fields:
                 key = ".".join([*(str(p) for p in loc), named])
             lines.append(f"  {key}: {message}{shown}")
-    return f"{origin}: {len(lines)} error(s) in the config:\n" + "\n".join(lines)
+    shown_lines = lines[:_MAX_LISTED] + ([f"  ... and {len(lines) - _MAX_LISTED} more"]
+                                         if len(lines) > _MAX_LISTED else [])
+    return f"{origin}: {len(lines)} error(s) in the config:\n" + "\n".join(shown_lines)
 
 
 #: The largest integer torch and numpy take (sizes, seeds, steps): ``2**63 - 1``.
@@ -128,7 +135,7 @@ def _oversized_ints(value: Any, key: str = "") -> list[str]:
     if isinstance(value, (list, tuple)):
         return [line for i, v in enumerate(value) for line in _oversized_ints(v, f"{key}.{i}")]
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
-        return [f"  {key}: must fit in 64 bits (at most 2**63 - 1 in size); got {value}"]
+        return [f"  {key}: must fit in 64 bits (at most 2**63 - 1 in size); got {describe(value)}"]
     return []
 
 

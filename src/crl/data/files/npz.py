@@ -49,6 +49,11 @@ def load_npz(path: Path) -> TensorPairDataset:
                 f"{where}: array {key!r} must be a 2-D numeric array (N, D); "
                 f"got shape {arr.shape} and dtype {arr.dtype}"
             )
+        if arr.shape[1] == 0:
+            raise CrlValueError(
+                f"{where}: array {key!r} has shape {arr.shape}: vectors of 0 values, which no "
+                "model can tell apart; save each pair's vectors as rows of D >= 1 values"
+            )
         if not np.all(np.isfinite(arr)):
             raise CrlValueError(f"{where}: array {key!r} has NaN or Inf values")
     if a.shape[0] != b.shape[0]:

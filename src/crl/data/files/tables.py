@@ -7,13 +7,17 @@ line of a text file, the 0-based row index of a columnar file). Nothing is downl
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crl._validation import clip_text
 from crl.errors import CrlValueError
 
 #: Suffixes of table files, and the marker files of a ``save_to_disk`` directory.
@@ -45,26 +49,64 @@ class Table:
         return out if column is None else f"{out}, column {column!r}"
 
 
+#: The first bytes of compressed files, and the tool that decompresses each.
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -c"), (b"BZh", "bzip2", "bunzip2 -c"),
+               (b"\xfd7zXZ\x00", "xz", "unxz -c"), (b"\x28\xb5\x2f\xfd", "zstd", "unzstd -c"),
+               (b"PK\x03\x04", "zip", "unzip -p"))
+
+
+def _read_text(path: Path) -> str:
+    """The file as text: UTF-8, a leading byte-order mark dropped (as spreadsheets write it).
+
+    Raises:
+        CrlValueError: for a compressed file (naming the compression) or bytes that are not
+            UTF-8 (naming the line and the byte).
+    """
+    data = path.read_bytes()
+    for magic, name, tool in _COMPRESSED:
+        if data.startswith(magic):
+            raise CrlValueError(
+                f"files: {path} is {name}-compressed, not text; decompress it first (for "
+                f"example `{tool} {path.name} > plain{path.suffix}`) and give the plain file")
+    data = data.removeprefix(codecs.BOM_UTF8)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CrlValueError(
+            f"files: {path} is not UTF-8 text: line {line} holds the byte "
+            f"0x{data[exc.start]:02x} (offset {exc.start}), which is not UTF-8; save the file "
+            "as UTF-8 (for example `iconv -f latin1 -t utf-8`)") from None
+
+
+def _json_line(path: Path, lineno: int, line: str) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise CrlValueError(
+            f"files: {path}, line {lineno} nests its JSON deeper than the parser can follow; "
+            "give one flat JSON object per line (text fields, lists of texts)") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else clip_text(str(exc), 120)
+        raise CrlValueError(
+            f"files: {path}, line {lineno} is not valid JSON ({reason})") from None
+
+
 def _read_jsonl(path: Path) -> Table:
     records: list[dict[str, Any]] = []
     names: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CrlValueError(
-                    f"files: {path}, line {lineno} is not valid JSON ({exc.msg})"
-                ) from None
-            if not isinstance(record, dict):
-                raise CrlValueError(
-                    f"files: {path}, line {lineno} must be a JSON object (one pair per line); "
-                    f"got {type(record).__name__}"
-                )
-            records.append(record)
-            names.append(f"line {lineno}")
+    # Universal newlines, as open() reads: a U+2028 inside a JSON string ends no line.
+    for lineno, line in enumerate(io.StringIO(_read_text(path), newline=None), start=1):
+        if not line.strip():
+            continue
+        record = _json_line(path, lineno, line)
+        if not isinstance(record, dict):
+            raise CrlValueError(
+                f"files: {path}, line {lineno} must be a JSON object (one pair per line); "
+                f"got {type(record).__name__}"
+            )
+        records.append(record)
+        names.append(f"line {lineno}")
     keys: dict[str, None] = {}
     for record in records:
         keys.update(dict.fromkeys(record))
@@ -72,10 +114,23 @@ def _read_jsonl(path: Path) -> Table:
     return Table(path, columns, names)
 
 
+@contextmanager
+def _field_limit(size: int) -> Iterator[None]:
+    """Let csv read a cell as large as ``size`` characters (its default limit is 131,072), so
+    a long text is read, not refused; the limit is restored afterwards."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(max(old, size + 1))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
+
+
 def _read_csv(path: Path) -> Table:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter)
+    text = _read_text(path)
+    with _field_limit(len(text)):
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
             raise CrlValueError(f"files: {path} has no header line (expected column names)")
@@ -120,9 +175,10 @@ def _read_saved_dataset(path: Path) -> Table:
     try:
         state = json.loads((path / _HF_STATE).read_text(encoding="utf-8"))
         files = [path / entry["filename"] for entry in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CrlValueError(
-            f"files: {path / _HF_STATE} is not a datasets save_to_disk state file ({exc})"
+            f"files: {path / _HF_STATE} is not a datasets save_to_disk state file "
+            f"({clip_text(str(exc) or type(exc).__name__, 120)})"
         ) from None
     tables = []
     for file in files:
