@@ -194,7 +194,8 @@ def test_custom_factory_trains_checkpoints_and_evaluates(tmp_path: Path,
                                      "embed_dim": 8}, files=COLUMNS)
     assert result.exit_code == 0, result.output
     run = _run_dir(tmp_path)
-    result = runner.invoke(app, ["eval", str(run)])
+    result = runner.invoke(app, ["eval", str(run), "--trust-factory",
+                                 f"{factory_module}:text_towers"])
     assert result.exit_code == 0, result.output
     summary = json.loads((run / "summary.json").read_text())
     stored = json.loads((run / "eval.json").read_text())["metrics"]

@@ -39,7 +39,7 @@ def test_atomic_write_fsyncs_the_directory_after_the_rename(tmp_path: Path,
     import os
     import stat
 
-    import crl.rundir as rundir
+    import crl.rundir.files as rundir
 
     target = tmp_path / "summary.json"
     calls: list[tuple[str, bool]] = []  # (what the descriptor is, whether the target exists yet)

@@ -1,4 +1,5 @@
-"""What every sub-command shares: one-line errors with exit code 2, and ``--debug``."""
+"""What every sub-command shares: one-line errors with exit code 2, ``--debug``, and the
+``--trust-factory`` opt-in of the commands that open a run directory."""
 
 from __future__ import annotations
 
@@ -17,6 +18,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit code for bad input (a config, a file, an argument).
 EXIT_BAD_INPUT = 2
+
+#: ``--trust-factory MODULE:FN`` of ``crl eval``/``encode``/``export``: a run directory is data,
+#: so the ``model.kind: custom`` factory its config names is imported only when named here.
+TRUST_FACTORY = typer.Option(
+    None, "--trust-factory", metavar="MODULE:FN",
+    help="Import this model.factory of a `model.kind: custom` run (it must match the run's); "
+         "without it such a run is refused, since its config.json names code to run.")
+
+
+def trusted_factories(trust_factory: str | None) -> frozenset[str]:
+    """The factories the user named on the command line (``--trust-factory``).
+
+    Example:
+        >>> sorted(trusted_factories("towers:build")), trusted_factories(None)
+        (['towers:build'], frozenset())
+    """
+    return frozenset() if trust_factory is None else frozenset({trust_factory})
 
 
 def debug_enabled() -> bool:

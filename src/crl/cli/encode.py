@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from crl.cli import app
-from crl.cli._common import handle_errors
+from crl.cli._common import TRUST_FACTORY, handle_errors, trusted_factories
 
 
 @app.command("encode")
@@ -23,6 +23,7 @@ def encode(
     batch_size: int = typer.Option(256, "--batch-size", min=1, help="Texts per forward pass."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    trust_factory: str | None = TRUST_FACTORY,
 ) -> None:
     """Embed the texts of one column of FILE (the run's column mapping) and save them as a
     NumPy array, row i for the i-th text.
@@ -32,5 +33,6 @@ def encode(
     from crl.train.trained import encode_file
 
     emb = encode_file(run_dir, file, out, view=view, column=column,  # type: ignore[arg-type]
-                      batch_size=batch_size, device=device, progress=progress)
+                      batch_size=batch_size, device=device, progress=progress,
+                      trusted_factories=trusted_factories(trust_factory))
     print(f"wrote {out}: {emb.shape[0]} embeddings of dimension {emb.shape[1]}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from crl.cli import app
-from crl.cli._common import handle_errors
+from crl.cli._common import TRUST_FACTORY, handle_errors, trusted_factories
 
 
 @app.command("eval")
@@ -16,6 +16,7 @@ def evaluate(
     run_dir: Path = typer.Argument(..., help="A run directory written by `crl train`."),
     split: str = typer.Option("test", "--split", help="test or val."),
     device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: the run's)."),
+    trust_factory: str | None = TRUST_FACTORY,
 ) -> None:
     """Load a run's config and checkpoint, evaluate on the test split, print a table and write
     RUN_DIR/eval.json.
@@ -27,7 +28,8 @@ def evaluate(
 
     from crl.train import evaluate_run
 
-    metrics = evaluate_run(run_dir, split=split, device=device)
+    metrics = evaluate_run(run_dir, split=split, device=device,
+                           trusted_factories=trusted_factories(trust_factory))
     table = Table(title=f"{split} metrics of {run_dir}")
     table.add_column("metric")
     table.add_column("value", justify="right")

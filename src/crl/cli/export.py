@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from crl.cli import app
-from crl.cli._common import handle_errors
+from crl.cli._common import TRUST_FACTORY, handle_errors, trusted_factories
 
 
 @app.command("export")
@@ -20,6 +20,7 @@ def export(
     tower: str = typer.Option("both", "--tower",
                               help="both (a two-tower model as one model: encode_query is "
                                    "tower a, encode_document tower b), a or b."),
+    trust_factory: str | None = TRUST_FACTORY,
 ) -> None:
     """Write a fine-tuned `transformer` run as a directory SentenceTransformer(OUT) loads
     offline (weights as safetensors), with the run's own embeddings.
@@ -28,5 +29,6 @@ def export(
     """
     from crl.train.trained import export_run
 
-    path = export_run(run_dir, out, format=format, tower=tower)  # type: ignore[arg-type]
+    path = export_run(run_dir, out, format=format, tower=tower,  # type: ignore[arg-type]
+                      trusted_factories=trusted_factories(trust_factory))
     print(f"wrote {path} (load it with SentenceTransformer({str(path)!r}))")

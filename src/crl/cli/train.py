@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import typer
@@ -43,6 +45,17 @@ def without_nproc(argv: Sequence[str]) -> list[str]:
         elif not arg.startswith("--nproc="):
             out.append(arg)
     return out
+
+
+def _writer_lock(run_dir: Path) -> AbstractContextManager[None]:
+    """The run directory's write lock, taken before ``fit`` looks into the directory: a second
+    ``crl train`` into it fails at once, naming this process (rank 0 only: the other ranks of a
+    torchrun job write nothing, and their process group is not joined yet, hence ``RANK``)."""
+    from crl.rundir import lock_directory
+
+    if os.environ.get("RANK", "0") != "0":
+        return nullcontext()
+    return lock_directory(run_dir, blocking=False)
 
 
 @app.command("train")
@@ -96,7 +109,9 @@ def train(
     name = Path(config).stem if Path(config).is_file() else config
     run_dir = out / f"{name}-{config_hash(cfg)}"
     try:  # fit joins the process group under torchrun
-        result = fit(cfg, run_dir, resume=resume, progress=progress, tensorboard=tensorboard)
+        with _writer_lock(run_dir):
+            result = fit(cfg, run_dir, resume=resume, progress=progress,
+                         tensorboard=tensorboard)
     except BaseException:
         distributed.shutdown(wait=False)
         raise

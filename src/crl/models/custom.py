@@ -4,11 +4,18 @@
 Importing the module the config names is the point of this option: the user's code runs in
 crl's process, as it would in their own training script. crl then trains, checkpoints and
 evaluates the towers like its own.
+
+It is code to run, so it runs only when the user names it: in the config they pass themselves
+(``crl train CONFIG``, a study's ``--config``), or, for a config crl reads back from a run
+directory someone may have sent (``crl eval``/``encode``/``export``), on the command line
+(``--trust-factory MODULE:FN``). :func:`check_trusted` is that decision, taken once where such
+a config is read (:func:`crl.train.trained.read_run_config`); docs/errors.md, "Files run no code".
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 from typing import Any
 
 from torch import nn
@@ -17,6 +24,33 @@ from crl.data.base import DataInfo
 from crl.errors import CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
+
+
+def check_trusted(cfg: ModelConfig, trusted: Collection[str], *, origin: str) -> None:
+    """Refuse a model config read from a file crl did not get from the user (a run directory's
+    ``config.json``) when it names a factory the user did not name in ``trusted``.
+
+    Args:
+        cfg: The model section of the config read back.
+        trusted: The factories (``"package.module:function"``) the user named themselves, e.g.
+            with ``--trust-factory``.
+        origin: The file the config came from (for the message).
+
+    Raises:
+        CrlValueError: naming the factory and how to opt in; nothing is imported.
+
+    Example:
+        >>> check_trusted(ModelConfig(kind="custom", factory="towers:build"), {"towers:build"},
+        ...               origin="runs/x/config.json")
+        >>> check_trusted(ModelConfig(kind="mlp"), set(), origin="runs/x/config.json")
+    """
+    if cfg.kind != "custom" or cfg.factory is None or cfg.factory in trusted:
+        return
+    raise CrlValueError(
+        f"{origin} names code to run (model.factory {cfg.factory!r}); crl imports a run "
+        f"directory's factory only when you name it: pass --trust-factory {cfg.factory} "
+        "if you trust that module"
+    )
 
 
 def load_factory(spec: str) -> Any:

@@ -14,8 +14,6 @@ tower ``a`` and ``encode_document`` (and a plain ``encode``) to tower ``b``.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -26,7 +24,7 @@ from crl.errors import CrlValueError
 from crl.models.dual import DualEncoder
 from crl.models.towers import ResidualLinear, Tower
 from crl.models.transformer import TransformerEncoder, TransformerTokenizer
-from crl.rundir import fsync_directory
+from crl.rundir import atomic_directory
 
 ExportFormat = Literal["sentence-transformers"]
 FORMATS: tuple[str, ...] = ("sentence-transformers",)
@@ -145,15 +143,6 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
                             "choose another OUT")
     modules = sentence_transformer_modules(model, tower=check_tower(tower), model_dir=model_dir)
     st = SentenceTransformer(modules=modules, device="cpu")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as staging:  # renamed into place, or removed on any error
         st.save(str(staging), safe_serialization=True)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.replace(staging, out)
-        fsync_directory(out.parent)  # the rename survives a power loss, as every crl write
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out

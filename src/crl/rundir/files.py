@@ -1,19 +1,22 @@
-"""The files of a run directory (docs/training.md), written so a crash never leaves a torn file.
+"""Atomic files: a crash never leaves a torn file, a failed write leaves no temporary behind.
 
 ``config.json``, ``summary.json`` and ``checkpoint.pt`` are written to a temporary file in the same
 directory, flushed, fsync'ed and renamed over the target (``os.replace`` is atomic on POSIX and
-Windows); the directory is then fsync'ed too, so the rename itself survives a power loss.
-``metrics.jsonl`` is appended to and flushed line by line; its reader drops a torn last line (a
-crash in the middle of a write). Both the trainer and the studies import these helpers from here.
+Windows); the directory is then fsync'ed too, so the rename itself survives a power loss. A write
+that fails removes its temporary file and names its target. ``metrics.jsonl`` is appended to and
+flushed line by line; its reader drops a torn last line (a crash in the middle of a write).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +27,8 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.pt"
 SUMMARY_FILE = "summary.json"
 EVAL_FILE = "eval.json"
+#: Opening a file with this flag fails (ELOOP) when its last component is a symbolic link.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def _umask() -> int:
@@ -56,7 +61,13 @@ def fsync_directory(folder: str | Path) -> None:
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write a file atomically: ``write(handle)`` into a temporary sibling, fsync, rename, fsync
-    the directory.
+    the directory. On any error the temporary file is removed, and an operating-system error
+    names ``path`` (not the temporary name). A symbolic link at ``path`` is replaced, never
+    followed.
+
+    Raises:
+        IsADirectoryError: if ``path`` is a directory (nothing is written).
+        OSError: if the file cannot be written (naming ``path``).
 
     Example:
         >>> import tempfile
@@ -66,6 +77,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None
         'hello'
     """
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(errno.EISDIR, "it is a directory; give a file name", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -78,14 +91,58 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         fsync_directory(path.parent)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # e.g. a full disk: say which file could not be written
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        named = _naming(exc, tmp, path)
+        if named is None:
+            raise
+        raise named from exc
+
+
+def _naming(exc: BaseException, tmp: str | Path, path: Path) -> OSError | None:
+    """For an operating-system error about the temporary ``tmp`` (or about no file: a full
+    disk), the same error naming ``path``, the file the user knows; else None."""
+    if isinstance(exc, OSError) and exc.filename in (None, str(tmp)):
+        return OSError(exc.errno, exc.strerror or str(exc), str(path))
+    return None
+
+
+@contextmanager
+def atomic_directory(out: str | Path) -> Iterator[Path]:
+    """A staging directory beside ``out`` for the block to fill; renamed to ``out`` when the
+    block ends, removed when it raises, so ``out`` never holds half a result and no staging
+    directory is left behind.
+
+    Raises:
+        CrlValueError: if ``out`` is a symbolic link, a file or a directory that holds files.
+
+    Example:
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp()) / "model"
+        >>> with atomic_directory(out) as staging:
+        ...     _ = (staging / "weights.bin").write_bytes(b"w")
+        >>> [p.name for p in out.iterdir()], [p.name for p in out.parent.iterdir()]
+        (['weights.bin'], ['model'])
+    """
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise CrlValueError(f"{out} already exists and is not an empty directory (or is a "
+                            "symbolic link); choose another path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700, as for atomic_write's files
+        yield staging
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(staging, out)
+        fsync_directory(out.parent)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        named = _naming(exc, staging, out)
+        if named is None:
+            raise
+        raise named from exc
 
 
 def remove_temporaries(folder: str | Path) -> list[Path]:
@@ -135,8 +192,9 @@ def read_json(path: str | Path) -> dict[str, Any]:
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one record as a line and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as handle:
+    """Append one record as a line and flush it to disk (never through a symbolic link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(_clean(record), sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -180,8 +238,10 @@ __all__ = [
     "CONFIG_FILE",
     "EVAL_FILE",
     "METRICS_FILE",
+    "NOFOLLOW",
     "SUMMARY_FILE",
     "append_jsonl",
+    "atomic_directory",
     "atomic_write",
     "fsync_directory",
     "read_json",

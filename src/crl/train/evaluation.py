@@ -4,13 +4,14 @@ from its directory (:func:`evaluate_run`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from crl.errors import CrlError, CrlValueError
+from crl.errors import CrlValueError
 from crl.eval import (
     alignment,
     heldout_contrastive_risk,
@@ -21,11 +22,11 @@ from crl.eval import (
 )
 from crl.models import DualEncoder
 from crl.models.encode import encode_hard_negatives
-from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, EVAL_FILE, read_json, write_json
+from crl.rundir import CHECKPOINT_FILE, EVAL_FILE, write_json
 from crl.train.build import build_run
 from crl.train.checkpoint import load_checkpoint
 from crl.train.config import EvalConfig, config_hash
-from crl.train.loading import validate_config
+from crl.train.trained import read_run_config
 
 
 def _batches(x: Any, batch_size: int) -> list[Any]:
@@ -117,28 +118,29 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
     return out
 
 
-def evaluate_run(run_dir: str | Path, *, split: str = "test",
-                 device: str | None = None) -> dict[str, float]:
+def evaluate_run(run_dir: str | Path, *, split: str = "test", device: str | None = None,
+                 trusted_factories: Collection[str] = ()) -> dict[str, float]:
     """Re-evaluate a run from its ``config.json`` and ``checkpoint.pt``; write ``eval.json``.
 
     Args:
         run_dir: A run directory written by :func:`crl.train.fit`.
         split: ``"test"`` or ``"val"``.
         device: Where to run (None: the run's ``train.device``).
+        trusted_factories: The ``model.kind: custom`` factories the caller names as safe to
+            import (:func:`crl.train.trained.read_run_config`); a run that names another one
+            is refused.
 
     Returns:
         The metrics (also written, with the step and split, to ``eval.json`` atomically).
 
     Raises:
-        CrlError: if the directory has no config or checkpoint, or they do not match.
+        CrlError: if the directory has no config or checkpoint, they do not match, or the
+            config names a factory that is not trusted.
     """
     run_dir = Path(run_dir)
     if split not in ("test", "val"):
         raise CrlValueError(f"evaluate_run: `split` must be 'test' or 'val'; got {split!r}")
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise CrlError(f"evaluate_run: {run_dir} is not a run directory (no {CONFIG_FILE})")
-    stored = read_json(run_dir / CONFIG_FILE)
-    config = validate_config(stored.get("config", {}), str(run_dir / CONFIG_FILE))
+    config = read_run_config(run_dir, trusted_factories=trusted_factories)
     state = load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=config_hash(config))
     target = torch.device(device or config.train.device)
     built = build_run(config, target)

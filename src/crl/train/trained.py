@@ -1,10 +1,14 @@
 """A trained run used elsewhere: its model rebuilt from ``config.json`` and ``checkpoint.pt``,
 exported as a sentence-transformers directory (``crl export``) or embedding a file's texts
-(``crl encode``)."""
+(``crl encode``).
+
+A run directory is data, never code: its config is read by :func:`read_run_config`, which
+refuses a ``model.kind: custom`` factory the caller did not name (docs/errors.md, "Files run no
+code")."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -16,8 +20,9 @@ from crl.data import DataInfo, load_data
 from crl.data.files import read_texts
 from crl.errors import CrlError, CrlValueError
 from crl.models import DualEncoder, build_model
+from crl.models.custom import check_trusted
 from crl.models.encode import encode_texts
-from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, read_json
+from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, atomic_write, read_json
 from crl.train.build import seed_everything
 from crl.train.checkpoint import load_checkpoint
 from crl.train.config import TrainConfig, config_hash
@@ -39,17 +44,48 @@ class TrainedModel:
     step: int
 
 
-def load_trained(run_dir: str | Path, *, device: str = "cpu") -> TrainedModel:
-    """Rebuild the model of a run directory and load its checkpoint's weights.
+def read_run_config(run_dir: str | Path, *,
+                    trusted_factories: Collection[str] = ()) -> TrainConfig:
+    """The config a run directory's ``config.json`` holds, validated; refused when it names
+    code to run (a ``model.kind: custom`` factory) that is not in ``trusted_factories``.
+
+    Every reader of a run directory's config goes through here, so whether a factory may be
+    imported is decided once, by the caller (the command line's ``--trust-factory``), before
+    anything else is read.
+
+    Args:
+        run_dir: A run directory written by :func:`crl.train.fit`.
+        trusted_factories: The factories (``"package.module:function"``) the caller names as
+            safe to import; empty: none.
 
     Raises:
-        CrlError: if the directory has no config or checkpoint, or they do not match.
+        CrlError: if the directory has no ``config.json``, the config is invalid, or it names
+            a factory that is not trusted (nothing is imported).
     """
     run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
         raise CrlError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
-    config = validate_config(read_json(run_dir / CONFIG_FILE).get("config", {}),
-                             str(run_dir / CONFIG_FILE))
+    config = validate_config(read_json(path).get("config", {}), str(path))
+    check_trusted(config.model, trusted_factories, origin=str(path))
+    return config
+
+
+def load_trained(run_dir: str | Path, *, device: str = "cpu",
+                 trusted_factories: Collection[str] = ()) -> TrainedModel:
+    """Rebuild the model of a run directory and load its checkpoint's weights.
+
+    Args:
+        run_dir: A run directory written by :func:`crl.train.fit`.
+        device: Where the model goes.
+        trusted_factories: See :func:`read_run_config`.
+
+    Raises:
+        CrlError: if the directory has no config or checkpoint, they do not match, or the
+            config names a factory that is not trusted.
+    """
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir, trusted_factories=trusted_factories)
     state = load_checkpoint(run_dir / CHECKPOINT_FILE, config_hash=config_hash(config))
     info = load_data(config.data, progress=False).info
     seed_everything(config.train.seed)
@@ -60,11 +96,12 @@ def load_trained(run_dir: str | Path, *, device: str = "cpu") -> TrainedModel:
 
 
 def export_run(run_dir: str | Path, out: str | Path, *,
-               format: str = "sentence-transformers", tower: ExportTower = "both") -> Path:
+               format: str = "sentence-transformers", tower: ExportTower = "both",
+               trusted_factories: Collection[str] = ()) -> Path:
     """Export a run's model (``crl export``); see :mod:`crl.models.export`.
 
     ``tower``: ``both`` (default; two towers become one model with ``encode_query`` and
-    ``encode_document``), ``a`` or ``b``.
+    ``encode_document``), ``a`` or ``b``. ``trusted_factories``: see :func:`read_run_config`.
 
     Raises:
         CrlValueError: for an unknown format, a model that cannot be exported or an ``out``
@@ -76,7 +113,7 @@ def export_run(run_dir: str | Path, out: str | Path, *,
     if format not in FORMATS:
         raise CrlValueError(f"export: unknown format {format!r}; formats: {', '.join(FORMATS)}")
     check_tower(tower)  # before the run is loaded
-    trained = load_trained(run_dir)
+    trained = load_trained(run_dir, trusted_factories=trusted_factories)
     if trained.config.model.kind != "transformer":
         raise CrlValueError(
             f"export: only models of kind 'transformer' export to {format}; the run "
@@ -89,7 +126,7 @@ def export_run(run_dir: str | Path, out: str | Path, *,
 
 def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view: View = "a",
                 column: str | None = None, batch_size: int = 256, device: str = "cpu",
-                progress: bool = True) -> np.ndarray:
+                progress: bool = True, trusted_factories: Collection[str] = ()) -> np.ndarray:
     """Embed the texts of one column of ``file`` with a run's model; save them to ``out``.
 
     Args:
@@ -102,28 +139,28 @@ def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view:
         batch_size: Texts per forward pass.
         device: Where the model runs.
         progress: Show a progress bar.
+        trusted_factories: See :func:`read_run_config`.
 
     Returns:
         The embeddings ``(N, D)``.
 
     Raises:
-        CrlValueError: for a bad file, column or cell (naming the row), or a model that takes
-            no text.
+        CrlValueError: for a bad file, column or cell (naming the row), a model that takes
+            no text, or an ``out`` that is a directory.
     """
     if view not in ("a", "b"):
         raise CrlValueError(f"encode: `view` must be 'a' or 'b'; got {view!r}")
-    trained = load_trained(run_dir, device=device)
+    out = Path(out)
+    if out.is_dir():  # before the work, not after it
+        raise CrlValueError(f"encode: --out {out} is a directory; give the .npy file to write, "
+                            f"e.g. {out / 'embeddings.npy'}")
+    trained = load_trained(run_dir, device=device, trusted_factories=trusted_factories)
     columns = trained.config.data.files.columns
     texts = read_texts(file, column or (columns.a if view == "a" else columns.b))
     embeddings = encode_texts(trained.model, texts, view=view, batch_size=batch_size,
                               device=device, progress=progress).numpy()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as f:  # a reader never sees half an array
-        np.save(f, embeddings.astype(np.float32))
-    os.replace(tmp, out)
+    atomic_write(out, lambda f: np.save(f, embeddings.astype(np.float32)))  # never half an array
     return embeddings
 
 
-__all__ = ["TrainedModel", "encode_file", "export_run", "load_trained"]
+__all__ = ["TrainedModel", "encode_file", "export_run", "load_trained", "read_run_config"]

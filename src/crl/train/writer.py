@@ -4,6 +4,9 @@
 ``checkpoint.pt``, ``summary.json`` and the optional TensorBoard events. On every other rank of a
 torchrun job each of its methods does nothing (as ``accelerate``'s ``on_main_process``), so the
 training loop calls them unconditionally and holds no rank-0 branches of its own.
+
+Every file goes through :class:`crl.rundir.OutputDir`: nothing is written through a symbolic
+link or outside the run directory.
 """
 
 from __future__ import annotations
@@ -20,11 +23,9 @@ from crl.rundir import (
     CONFIG_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
-    append_jsonl,
+    OutputDir,
     read_jsonl,
     remove_temporaries,
-    rewrite_jsonl,
-    write_json,
 )
 from crl.train.checkpoint import save_checkpoint
 from crl.train.progress import TensorBoardWriter
@@ -69,6 +70,7 @@ class RunWriter:
         self.main = distributed.is_main() if main is None else main
         self._tensorboard = tensorboard
         self._events: TensorBoardWriter | None = None
+        self._files = OutputDir(self.run_dir)
 
     @on_main
     def start(self, config_record: dict[str, Any], *, resumed_at: int | None) -> None:
@@ -76,21 +78,22 @@ class RunWriter:
         of step ``resumed_at`` (temporary files of an interrupted write removed, records after
         the checkpoint and the final ones dropped); then write ``config.json``."""
         if resumed_at is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / METRICS_FILE).write_text("")
+            self._files.mkdir()
+            self._files.write_text(METRICS_FILE, "")
         else:
-            remove_temporaries(self.run_dir)  # left by a write the crash interrupted
-            kept = [r for r in read_jsonl(self.run_dir / METRICS_FILE)
+            remove_temporaries(self._files.file())  # left by a write the crash interrupted
+            kept = [r for r in read_jsonl(self._files.file(METRICS_FILE))
                     if int(r.get("step", 0)) <= resumed_at and not r.get("final")]
-            rewrite_jsonl(self.run_dir / METRICS_FILE, kept)
-        write_json(self.run_dir / CONFIG_FILE, config_record)
+            self._files.rewrite_jsonl(METRICS_FILE, kept)
+        self._files.write_json(CONFIG_FILE, config_record)
         if self._tensorboard:
+            self._files.file("tensorboard")  # not a link to elsewhere
             self._events = TensorBoardWriter(self.run_dir)
 
     @on_main
     def record(self, entry: dict[str, Any]) -> None:
         """Append a metrics record (and its scalars to TensorBoard)."""
-        append_jsonl(self.run_dir / METRICS_FILE, entry)
+        self._files.append_jsonl(METRICS_FILE, entry)
         if self._events is not None:
             self._events.scalars(entry, int(entry["step"]))
 
@@ -115,12 +118,12 @@ class RunWriter:
     @on_main
     def checkpoint(self, state: Callable[[], dict[str, Any]]) -> None:
         """Write ``checkpoint.pt`` atomically from ``state()`` (built on rank 0 only)."""
-        save_checkpoint(self.run_dir / CHECKPOINT_FILE, state())
+        save_checkpoint(self._files.file(CHECKPOINT_FILE), state())
 
     @on_main
     def summary(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json``, the last file of a finished run."""
-        write_json(self.run_dir / SUMMARY_FILE, summary)
+        self._files.write_json(SUMMARY_FILE, summary)
 
     def close(self) -> None:
         """Flush and close the TensorBoard events, if any."""
