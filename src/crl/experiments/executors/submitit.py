@@ -25,9 +25,9 @@ from typing import Any
 
 import cloudpickle
 import submitit
-import yaml
 
 from crl._submitit_job import SubmititRun
+from crl._yaml import load_yaml
 from crl.errors import CrlValueError
 from crl.experiments.executors.base import (
     Executor,
@@ -92,13 +92,11 @@ def load_parameters(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CrlValueError(f"--slurm-parameters: cannot read {path}: "
                             f"{exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CrlValueError(f"--slurm-parameters: {path} is not valid YAML "
-                            f"({str(exc).splitlines()[0]})") from None
+    data = load_yaml(text, f"--slurm-parameters: {path}")  # limits on aliases and depth
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
