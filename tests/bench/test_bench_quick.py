@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from crl.bench import run_retrieval_benchmark
 from crl.bench._measure import run_in_subprocess
-from crl.bench.loss import loss_targets, plain_memory_estimate
+from crl.bench.loss import plain_memory_estimate
+from crl.bench.targets import bf16_targets, loss_targets
 from crl.cli import app
 
 
@@ -96,8 +97,6 @@ def test_crl_bench_loss_bf16_quick_reports_ratios_and_accuracy(tmp_path: Path) -
 
 
 def test_bf16_targets() -> None:
-    from crl.bench.loss_bf16 import bf16_targets
-
     row = {"batch": 16384, "time_ratio_bf16_vs_float32": 0.55,
            "cpu_time_ratio_bf16_vs_float32": 0.5,
            "bfloat16": {"loss_rel_diff_vs_float64": 2e-2, "grad_cosine_vs_float64": 0.9995,

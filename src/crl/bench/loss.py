@@ -1,13 +1,26 @@
-"""``crl bench loss``: the tiled CLIP loss against the plain ``(B, B)`` one, side by side.
+"""``crl bench loss [--dtype fp32|bf16]``: the CLIP loss, forward + backward, side by side.
 
-For each batch size ``B`` (``D = 256``, float32, forward + backward, learnable scale), three
-implementations run in separate fresh processes: open_clip's ``ClipLoss`` formula (two products
-and two cross-entropies, written out in :mod:`crl.bench._worker`), crl's plain
-:func:`~crl.losses.clip_loss` path, and :func:`~crl.losses.tiled_clip_loss`. Reported: time, peak
-resident memory above the interpreter's baseline, the ratios, the loss values (they must agree),
-and the tiled loss's effective throughput ``8 B² D / time`` as a fraction of this machine's
-float32 matrix-product throughput measured in the same run. A plain run whose ``(B, B)`` buffers
-would not fit in the available memory is skipped and says how much it would need.
+One benchmark with a dtype axis (:data:`SUITES`). For each batch size ``B`` (``D = 256``,
+unit-norm embeddings, learnable float32 scale ``1/0.07``) the entries of the chosen dtype run in
+separate fresh processes on the same embeddings, the last entry (the subject) compared with each
+of the others:
+
+- ``fp32``: open_clip's ``ClipLoss`` formula (two products and two cross-entropies, written out
+  in :mod:`crl.bench._worker`), crl's plain :func:`~crl.losses.clip_loss` path, and the tiled
+  one (``block_size`` set), all in float32;
+- ``bf16``: the tiled loss on float32 and on bfloat16 embeddings (bf16 tile products, float32
+  log-sum-exps and accumulators; :mod:`crl.losses._tiled_kernel`); the bf16 process also
+  computes the loss and its gradients in float64 on the unrounded embeddings.
+
+Reported per entry: wall and CPU seconds (the machine is shared: its load is recorded beside
+every measurement, and a process's CPU time is less sensitive to other processes than its wall
+time), peak resident memory above the interpreter's baseline, the loss, gradient norm and scale
+gradient (they must agree), and the effective throughput ``8 B² D / time`` as a fraction of the
+matrix-product throughput of its own dtype, measured at the start and (full runs) the end, the
+faster kept. Per row: the subject's time, CPU-time and memory ratios and relative loss difference
+against each other entry, and the accuracy against float64 where it was computed. A plain run
+whose ``(B, B)`` buffers would not fit in the available memory is skipped and says how much it
+would need. The full runs' targets: :mod:`crl.bench.targets`.
 """
 
 from __future__ import annotations
@@ -16,22 +29,74 @@ import datetime as _dt
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from crl._validation import check_choice
 from crl.bench._measure import GIB, available_memory, machine_state, run_tasks
+from crl.bench.targets import bf16_targets, loss_targets
 from crl.env import environment_info
 
-#: The batch sizes of the full benchmark.
+#: The batch sizes of the full float32 benchmark.
 BATCH_SIZES: tuple[int, ...] = (4096, 8192, 16384, 32768, 131072)
+#: The batch sizes of the full bf16 benchmark.
+BF16_BATCH_SIZES: tuple[int, ...] = (16384,)
 #: The quick run: small enough for the test suite; checks that everything runs, not speed.
 QUICK_BATCH_SIZES: tuple[int, ...] = (300,)
-PLAIN_IMPLS = ("open_clip", "plain")
 #: Bytes the plain losses hold at their peak, per ``B²`` entry (measured at B = 32,768: open_clip's
 #: formula peaks at 16.1 GiB, four float32 ``B x B`` matrices; crl's plain path, which also saves
 #: ``a @ b.T`` for the scale's gradient and copies the transposed logits, went past 19.4 GiB).
 PLAIN_BYTES_PER_ENTRY = {"open_clip": 4 * 4, "plain": 6 * 4}
 #: Memory left to the rest of the machine when deciding whether a plain run fits.
 MEMORY_MARGIN = 3 * GIB
+#: Keys of a worker's loss result kept in a row's entry, and those of its float64 reference.
+_MEASURED = ("seconds", "times", "cpu_seconds", "loss", "grad_norm", "grad_dtype", "scale_grad",
+             "loadavg_1min_start_end")
+_REFERENCE = ("float64_loss", "loss_rel_diff_vs_float64", "grad_cosine_vs_float64",
+              "scale_grad_rel_diff_vs_float64")
+
+
+class Entry(NamedTuple):
+    """One measured loss of a suite: ``key`` names it in a row, ``impl`` is the worker's loss
+    (``open_clip``, ``plain`` or ``tiled``), ``dtype`` its embeddings' dtype, and ``reference``
+    whether its process also computes the loss in float64."""
+
+    key: str
+    impl: str
+    dtype: str
+    reference: bool = False
+
+
+class LossSuite(NamedTuple):
+    """One value of the dtype axis.
+
+    Attributes:
+        benchmark: The JSON's ``benchmark`` (and the CLI's default file name).
+        entries: What runs at each batch size; the last is the subject, compared with the others.
+        label: The subject's name in the row's comparisons (``time_ratio_{label}_vs_{key}``).
+        batch_sizes: The full run's default batch sizes.
+        repeated_up_to: Batch sizes up to this one (None: every one) take the best of 3 runs
+            after a warm-up in a full run, larger ones one run.
+        targets: The full run's targets, from its rows.
+    """
+
+    benchmark: str
+    entries: tuple[Entry, ...]
+    label: str
+    batch_sizes: tuple[int, ...]
+    repeated_up_to: int | None
+    targets: Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
+
+
+#: The dtype axis of ``crl bench loss --dtype``.
+SUITES: dict[str, LossSuite] = {
+    "fp32": LossSuite("loss", (Entry("open_clip", "open_clip", "float32"),
+                               Entry("plain", "plain", "float32"),
+                               Entry("tiled", "tiled", "float32")),
+                      "tiled", BATCH_SIZES, 8192, loss_targets),
+    "bf16": LossSuite("loss_bf16", (Entry("float32", "tiled", "float32"),
+                                    Entry("bfloat16", "tiled", "bfloat16", reference=True)),
+                      "bf16", BF16_BATCH_SIZES, None, bf16_targets),
+}
 
 
 def plain_memory_estimate(batch: int, impl: str = "open_clip") -> int:
@@ -39,29 +104,42 @@ def plain_memory_estimate(batch: int, impl: str = "open_clip") -> int:
     return PLAIN_BYTES_PER_ENTRY[impl] * batch * batch
 
 
-def _tasks(batch: int, dim: int, impls: Sequence[str], block_size: int | None,
-           quick: bool) -> list[dict[str, Any]]:
-    small = batch <= 8192
-    repeats, warmup = (1, 0) if quick else ((3, 1) if small else (1, 0))
-    return [{"kind": "loss", "name": f"{impl} B={batch}", "impl": impl, "batch": batch,
-             "dim": dim, "block_size": block_size, "repeats": repeats, "warmup": warmup}
-            for impl in impls]
+def _dtypes(suite: LossSuite) -> list[str]:
+    """The suite's embedding dtypes, each once, in entry order."""
+    return list(dict.fromkeys(entry.dtype for entry in suite.entries))
 
 
-def _summary(result: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "seconds": round(result["seconds"], 4),
-        "times": [round(t, 4) for t in result["times"]],
-        "peak_above_baseline_gib": round((result["peak_rss"] - result["baseline_rss"]) / GIB, 4),
-        "baseline_rss_gib": round(result["baseline_rss"] / GIB, 4),
-        "loss": result["loss"],
-        "grad_norm": result["grad_norm"],
-        "scale_grad": result["scale_grad"],
-    }
+def _loss_task(suite: LossSuite, entry: Entry, batch: int, dim: int, block_size: int | None,
+               quick: bool) -> dict[str, Any]:
+    repeated = suite.repeated_up_to is None or batch <= suite.repeated_up_to
+    repeats, warmup = (3, 1) if repeated and not quick else (1, 0)
+    return {"kind": "loss", "name": f"{entry.impl} {entry.dtype} B={batch}", "key": entry.key,
+            "impl": entry.impl, "batch": batch, "dim": dim, "dtype": entry.dtype,
+            "block_size": block_size, "repeats": repeats, "warmup": warmup,
+            "reference": entry.reference}
+
+
+def _matmul_tasks(suite: LossSuite, n: int, quick: bool) -> list[dict[str, Any]]:
+    return [{"kind": "matmul", "name": f"matmul {dtype} n={n}", "n": n, "dtype": dtype,
+             "repeats": 1 if quick else 5} for dtype in _dtypes(suite)]
+
+
+def _skip_reason(entry: Entry, batch: int) -> str | None:
+    """Why a plain entry is not started: its ``(B, B)`` buffers would not fit in the memory
+    available now (asked just before the run: the machine is shared); None when it fits."""
+    if entry.impl not in PLAIN_BYTES_PER_ENTRY:
+        return None
+    free = available_memory()
+    need = plain_memory_estimate(batch, entry.impl)
+    if free is None or need + MEMORY_MARGIN <= free:
+        return None
+    return (f"skipped: would need about {need / GIB:.1f} GiB for its (B, B) buffers; "
+            f"{free / GIB:.1f} GiB available")
 
 
 def run_loss_benchmark(
     *,
+    dtype: str = "fp32",
     batch_sizes: Sequence[int] | None = None,
     dim: int = 256,
     quick: bool = False,
@@ -69,157 +147,165 @@ def run_loss_benchmark(
     matmul_n: int = 4096,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure plain and tiled CLIP losses side by side; return the JSON-ready results.
+    """Measure the losses of one dtype (:data:`SUITES`) side by side; return JSON-ready results.
 
     Args:
-        batch_sizes: Batch sizes (default :data:`BATCH_SIZES`, or :data:`QUICK_BATCH_SIZES`).
+        dtype: ``"fp32"`` (open_clip, plain and tiled in float32) or ``"bf16"`` (the tiled loss
+            on float32 and bfloat16 embeddings, accuracy against float64).
+        batch_sizes: Batch sizes (default the suite's, or :data:`QUICK_BATCH_SIZES`).
         dim: Embedding dimension ``D``.
-        quick: A seconds-long run for tests: small sizes, ``D = 32``, every task in one process
-            (so the memory figures are not separate), no targets.
+        quick: A seconds-long run for tests: small sizes, ``D <= 32``, every task in this
+            process (so the memory figures are not separate), no targets.
         block_size: Tile side of the tiled loss (None: its default).
-        matmul_n: Side of the square product that measures the matmul throughput.
+        matmul_n: Side of the square products that measure the matmul throughputs.
         progress: Called with the name of each measurement before it starts.
 
     Returns:
-        A dict with ``config``, ``machine_before``/``machine_after``, ``matmul_gflops``, one
-        ``rows`` entry per batch size and, for a full run, ``targets``.
+        A dict with ``config``, ``machine_before``/``machine_after``, ``matmul_gflops`` (a
+        number for a suite of one dtype, else per dtype), one ``rows`` entry per batch size and,
+        for a full run, ``targets``.
+
+    Raises:
+        CrlValueError: for a ``dtype`` not in :data:`SUITES`.
     """
+    suite = SUITES[check_choice("run_loss_benchmark", "dtype", dtype, SUITES)]
     if quick:
-        batch_sizes = batch_sizes or QUICK_BATCH_SIZES
         dim, matmul_n = min(dim, 32), 256
-    sizes = list(batch_sizes or BATCH_SIZES)
+    sizes = list(batch_sizes or (QUICK_BATCH_SIZES if quick else suite.batch_sizes))
     before = machine_state()
-    matmul_task = {"kind": "matmul", "name": f"matmul n={matmul_n}", "n": matmul_n,
-                   "repeats": 1 if quick else 5}
+    planned = [(entry, _loss_task(suite, entry, batch, dim, block_size, quick))
+               for batch in sizes for entry in suite.entries]
     skipped: dict[tuple[int, str], str] = {}
     if quick:
-        tasks = [matmul_task]
-        for batch in sizes:
-            tasks += _tasks(batch, dim, [*PLAIN_IMPLS, "tiled"], block_size, quick)
-        results = run_tasks(tasks, separate=False, progress=progress)
+        results = run_tasks(_matmul_tasks(suite, matmul_n, quick) + [t for _, t in planned],
+                            separate=False, progress=progress)
     else:
-        results = run_tasks([matmul_task], separate=True, progress=progress)
-        for batch in sizes:
-            for impl in [*PLAIN_IMPLS, "tiled"]:
-                free = available_memory()  # asked just before the run: the machine is shared
-                need = 0 if impl == "tiled" else plain_memory_estimate(batch, impl)
-                if free is not None and need + MEMORY_MARGIN > free:
-                    skipped[(batch, impl)] = (
-                        f"skipped: would need about {need / GIB:.1f} GiB for its (B, B) "
-                        f"buffers; {free / GIB:.1f} GiB available"
-                    )
-                    continue
-                results += run_tasks(_tasks(batch, dim, [impl], block_size, quick),
-                                     separate=True, progress=progress)
-    matmul_runs = [float(results[0]["gflops"])]
-    if not quick:  # again at the end: the load may have changed; the faster one is kept
-        matmul_runs.append(float(run_tasks([matmul_task], separate=True)[0]["gflops"]))
-    gflops = max(matmul_runs)
-    rows = []
-    for batch in sizes:
-        row: dict[str, Any] = {"batch": batch}
-        for res in results[1:]:
-            if res["batch"] == batch:
-                row[res["impl"]] = _summary(res)
-        for impl in PLAIN_IMPLS:
-            if (batch, impl) in skipped:
-                row[impl] = {"skipped": skipped[(batch, impl)]}
-        tiled = row["tiled"]
-        flops = 8.0 * batch * batch * dim
-        row["tiled_gflops"] = round(flops / tiled["seconds"] / 1e9, 2)
-        row["tiled_fraction_of_matmul"] = round(flops / tiled["seconds"] / 1e9 / gflops, 4)
-        for impl in PLAIN_IMPLS:
-            base = row[impl]
-            if "seconds" in base:
-                row[f"time_ratio_tiled_vs_{impl}"] = round(tiled["seconds"] / base["seconds"], 4)
-                row[f"memory_ratio_tiled_vs_{impl}"] = round(
-                    tiled["peak_above_baseline_gib"] / max(base["peak_above_baseline_gib"],
-                                                           1e-9), 4)
-                row[f"loss_rel_diff_vs_{impl}"] = abs(tiled["loss"] - base["loss"]) / abs(
-                    base["loss"])
-        rows.append(row)
+        results = run_tasks(_matmul_tasks(suite, matmul_n, quick), separate=True,
+                            progress=progress)
+        for entry, task in planned:
+            reason = _skip_reason(entry, task["batch"])
+            if reason is not None:
+                skipped[(task["batch"], entry.key)] = reason
+                continue
+            results += run_tasks([task], separate=True, progress=progress)
+        # again at the end: the load may have changed; the faster one is kept
+        results += run_tasks(_matmul_tasks(suite, matmul_n, quick), separate=True,
+                             progress=progress)
+    runs = {dtype: [float(r["gflops"]) for r in results
+                    if r["kind"] == "matmul" and r["dtype"] == dtype] for dtype in _dtypes(suite)}
+    gflops = {dtype: max(values) for dtype, values in runs.items()}
+    rows = [_row(suite, batch, dim, [r for r in results if r["kind"] == "loss"
+                                     and r["batch"] == batch], skipped, gflops)
+            for batch in sizes]
+    config: dict[str, Any] = {"dim": dim, "dtype": suite.entries[-1].dtype,
+                              "dtypes": _dtypes(suite), "scale": 1 / 0.07,
+                              "block_size": block_size, "batch_sizes": sizes,
+                              "flops_per_forward_backward": "8 * B^2 * D",
+                              "separate_processes": not quick}
+    if any(entry.reference for entry in suite.entries):
+        config["reference"] = "float64 on the unrounded float32 embeddings"
     out: dict[str, Any] = {
-        "benchmark": "loss",
+        "benchmark": suite.benchmark,
         "quick": quick,
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "config": {"dim": dim, "dtype": "float32", "scale": 1 / 0.07,
-                   "block_size": block_size, "batch_sizes": sizes,
-                   "flops_per_forward_backward": "8 * B^2 * D",
-                   "separate_processes": not quick},
+        "config": config,
         "environment": environment_info(),
         "machine_before": before,
         "matmul_n": matmul_n,
-        "matmul_gflops": round(gflops, 2),
-        "matmul_gflops_start_end": [round(g, 2) for g in matmul_runs],
+        "matmul_gflops": _per_dtype({k: round(v, 2) for k, v in gflops.items()}),
+        "matmul_gflops_runs": _per_dtype({k: [round(v, 2) for v in values]
+                                          for k, values in runs.items()}),
         "rows": rows,
         "machine_after": machine_state(),
     }
     if not quick:
-        out["targets"] = loss_targets(rows)
+        out["targets"] = suite.targets(rows)
     return out
 
 
-def _row(rows: Sequence[dict[str, Any]], batch: int) -> dict[str, Any] | None:
-    return next((r for r in rows if r["batch"] == batch), None)
+def _per_dtype(values: dict[str, Any]) -> Any:
+    """``values`` by dtype, or its one value when there is one dtype."""
+    return next(iter(values.values())) if len(values) == 1 else values
 
 
-def _plain_ratio(row: dict[str, Any]) -> tuple[float | None, str | None]:
-    """Tiled time over crl's plain time, or over open_clip's when the plain run did not fit."""
-    for impl in PLAIN_IMPLS[::-1]:
-        ratio = row.get(f"time_ratio_tiled_vs_{impl}")
-        if ratio is not None:
-            return float(ratio), impl
-    return None, None
-
-
-def loss_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The benchmark's targets, each with the measured value and whether it is met (None: the
-    size was not run or no plain baseline fitted); ``baseline`` names the plain run compared."""
-    targets: dict[str, Any] = {}
-    big, mid, huge = _row(rows, 32768), _row(rows, 8192), _row(rows, 131072)
-    if big is not None:
-        mem = big["tiled"]["peak_above_baseline_gib"]
-        targets["B=32768 tiled peak memory < 1 GiB above baseline"] = {"value": mem,
-                                                                       "met": mem < 1.0}
-        ratio, base = _plain_ratio(big)
-        targets["B=32768 tiled time <= 0.6 x plain"] = {
-            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 0.6}
-    if mid is not None:
-        ratio, base = _plain_ratio(mid)
-        targets["B=8192 tiled time <= 1.0 x plain"] = {
-            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 1.0}
-    if huge is not None:
-        targets["B=131072 tiled completes"] = {"value": huge["tiled"]["seconds"], "met": True}
-    fractions = {r["batch"]: r["tiled_fraction_of_matmul"] for r in rows if r["batch"] >= 16384}
-    if fractions:
-        targets["tiled >= 50% of matmul throughput at B >= 16384"] = {
-            "value": fractions, "met": all(f >= 0.5 for f in fractions.values())}
-    return targets
+def _row(suite: LossSuite, batch: int, dim: int, results: list[dict[str, Any]],
+         skipped: dict[tuple[int, str], str], gflops: dict[str, float]) -> dict[str, Any]:
+    """One batch size: each entry's figures, then the subject against each other entry."""
+    row: dict[str, Any] = {"batch": batch}
+    flops = 8.0 * batch * batch * dim
+    for res in results:
+        entry = {key: res[key] for key in _MEASURED}
+        entry["peak_above_baseline_gib"] = round((res["peak_rss"] - res["baseline_rss"]) / GIB, 4)
+        entry["baseline_rss_gib"] = round(res["baseline_rss"] / GIB, 4)
+        entry["gflops"] = round(flops / res["seconds"] / 1e9, 2)
+        entry["fraction_of_matmul"] = round(flops / res["seconds"] / 1e9 / gflops[res["dtype"]],
+                                            4)
+        entry.update({key: res[key] for key in _REFERENCE if key in res})
+        row[res["key"]] = entry
+    for (size, key), reason in skipped.items():
+        if size == batch:
+            row[key] = {"skipped": reason}
+    subject, label = row[suite.entries[-1].key], suite.label
+    row[f"{label}_gflops"] = subject["gflops"]
+    row[f"{label}_fraction_of_matmul"] = subject["fraction_of_matmul"]
+    for other in suite.entries[:-1]:
+        base = row[other.key]
+        if "seconds" not in base:
+            continue
+        row[f"time_ratio_{label}_vs_{other.key}"] = round(subject["seconds"] / base["seconds"], 4)
+        row[f"cpu_time_ratio_{label}_vs_{other.key}"] = round(
+            subject["cpu_seconds"] / base["cpu_seconds"], 4)
+        row[f"memory_ratio_{label}_vs_{other.key}"] = round(
+            subject["peak_above_baseline_gib"] / max(base["peak_above_baseline_gib"], 1e-9), 4)
+        row[f"loss_rel_diff_vs_{other.key}"] = abs(subject["loss"] - base["loss"]) / abs(
+            base["loss"])
+        if "float64_loss" in subject:
+            exact = subject["float64_loss"]
+            row[f"{other.key}_loss_rel_diff_vs_float64"] = abs(base["loss"] - exact) / abs(exact)
+    return row
 
 
 def format_loss_table(result: dict[str, Any]) -> str:
-    """A Markdown table of a loss benchmark result (as quoted in the README)."""
-    lines = [
-        "| B | open_clip s | plain s | tiled s | tiled/plain | open_clip GiB | plain GiB "
-        "| tiled GiB | tiled GFLOP/s | of matmul |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-
-    def cell(entry: dict[str, Any], key: str) -> str:
-        return f"{entry[key]:.3g}" if key in entry else "skipped"
-
-    for row in result["rows"]:
-        ratio = row.get("time_ratio_tiled_vs_plain")
-        lines.append(
-            f"| {row['batch']:,} | {cell(row['open_clip'], 'seconds')} | "
-            f"{cell(row['plain'], 'seconds')} | {row['tiled']['seconds']:.3g} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} | "
-            f"{cell(row['open_clip'], 'peak_above_baseline_gib')} | "
-            f"{cell(row['plain'], 'peak_above_baseline_gib')} | "
-            f"{row['tiled']['peak_above_baseline_gib']:.3g} | {row['tiled_gflops']:.1f} | "
-            f"{row['tiled_fraction_of_matmul']:.0%} |"
-        )
+    """A Markdown table of a loss benchmark result: per entry its seconds (CPU seconds), peak
+    memory and fraction of its dtype's matmul; the subject's ratios against the others, its
+    throughput, its accuracy against float64 (where computed); the load."""
+    suite = next(s for s in SUITES.values() if s.benchmark == result["benchmark"])
+    keys, label = [entry.key for entry in suite.entries], suite.label
+    header = ([f"{key} s (CPU s)" for key in keys] + [f"{label}/{key} (CPU)" for key in keys[:-1]]
+              + [f"{key} GiB" for key in keys] + [f"{label} GFLOP/s"]
+              + [f"{key} of matmul" for key in keys]
+              + ([f"{label} loss vs float64", "grad cosine"] if suite.entries[-1].reference
+                 else []) + ["load (1 min)"])
+    lines = ["| B | " + " | ".join(header) + " |", "|---:" * (len(header) + 1) + "|"]
+    lines += [f"| {row['batch']:,} | " + " | ".join(_cells(suite, row)) + " |"
+              for row in result["rows"]]
     return "\n".join(lines)
+
+
+def _cells(suite: LossSuite, row: dict[str, Any]) -> list[str]:
+    """The cells of :func:`format_loss_table` for one row, after its batch size."""
+    label = suite.label
+    entries = [row[entry.key] for entry in suite.entries]
+
+    def each(fmt: str, *keys: str) -> list[str]:
+        return [fmt.format(*(e[k] for k in keys)) if "seconds" in e else "skipped"
+                for e in entries]
+
+    ratios = []
+    for other in suite.entries[:-1]:
+        wall = row.get(f"time_ratio_{label}_vs_{other.key}")
+        cpu = row.get(f"cpu_time_ratio_{label}_vs_{other.key}")
+        ratios.append("-" if wall is None else f"{wall:.2f} ({cpu:.2f})")
+    subject = entries[-1]
+    accuracy = ([f"{subject['loss_rel_diff_vs_float64']:.1e}",
+                 f"{subject['grad_cosine_vs_float64']:.5f}"] if suite.entries[-1].reference
+                else [])
+    load = [x for e in entries if "seconds" in e for x in e["loadavg_1min_start_end"]
+            if x is not None]
+    return (each("{:.3g} ({:.3g})", "seconds", "cpu_seconds") + ratios
+            + each("{:.3g}", "peak_above_baseline_gib") + [f"{row[f'{label}_gflops']:.1f}"]
+            + each("{:.0%}", "fraction_of_matmul") + accuracy
+            + [f"{min(load):.1f}-{max(load):.1f}" if load else "-"])
 
 
 def write_result(result: dict[str, Any], path: str | Path) -> Path:
@@ -232,9 +318,12 @@ def write_result(result: dict[str, Any], path: str | Path) -> Path:
 
 __all__ = [
     "BATCH_SIZES",
+    "BF16_BATCH_SIZES",
     "QUICK_BATCH_SIZES",
+    "SUITES",
+    "Entry",
+    "LossSuite",
     "format_loss_table",
-    "loss_targets",
     "plain_memory_estimate",
     "run_loss_benchmark",
     "write_result",

@@ -50,13 +50,7 @@ def loss(
 
     Example: crl bench loss --quick --dtype bf16 --out /tmp/loss_bf16.json
     """
-    from crl.bench import (
-        format_bf16_table,
-        format_loss_table,
-        run_bf16_loss_benchmark,
-        run_loss_benchmark,
-        write_result,
-    )
+    from crl.bench import SUITES, format_loss_table, run_loss_benchmark, write_result
     from crl.errors import CrlValueError
 
     try:
@@ -65,16 +59,15 @@ def loss(
         raise CrlValueError(
             f"crl bench loss: --batch-sizes must be comma-separated integers; got {batch_sizes!r}"
         ) from None
-    if dtype not in ("fp32", "bf16"):
-        raise CrlValueError(f"crl bench loss: --dtype must be fp32 or bf16; got {dtype!r}")
-    run, table = ((run_loss_benchmark, format_loss_table) if dtype == "fp32"
-                  else (run_bf16_loss_benchmark, format_bf16_table))
-    if dtype == "bf16" and out == BENCH_DIR / "loss.json":
-        out = BENCH_DIR / "loss_bf16.json"
-    result = run(batch_sizes=sizes, quick=quick, block_size=block_size or None,
-                 progress=_progress)
+    if dtype not in SUITES:
+        raise CrlValueError(f"crl bench loss: --dtype must be {' or '.join(SUITES)}; got "
+                            f"{dtype!r}")
+    if out == BENCH_DIR / "loss.json":
+        out = BENCH_DIR / f"{SUITES[dtype].benchmark}.json"
+    result = run_loss_benchmark(dtype=dtype, batch_sizes=sizes, quick=quick,
+                                block_size=block_size or None, progress=_progress)
     path = write_result(result, out)
-    print(table(result))
+    print(format_loss_table(result))
     if "targets" in result:
         print(json.dumps(result["targets"], indent=2))
     print(f"wrote {path}")

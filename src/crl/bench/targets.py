@@ -1,0 +1,69 @@
+"""The targets of the full ``crl bench loss`` runs, one function per value of its dtype axis
+(:data:`crl.bench.loss.SUITES`): each target with its measured value and whether it is met."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _row(rows: Sequence[dict[str, Any]], batch: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["batch"] == batch), None)
+
+
+def _plain_ratio(row: dict[str, Any]) -> tuple[float | None, str | None]:
+    """Tiled time over crl's plain time, or over open_clip's when the plain run did not fit."""
+    for impl in ("plain", "open_clip"):
+        ratio = row.get(f"time_ratio_tiled_vs_{impl}")
+        if ratio is not None:
+            return float(ratio), impl
+    return None, None
+
+
+def loss_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The float32 benchmark's targets, each with the measured value and whether it is met (None:
+    the size was not run or no plain baseline fitted); ``baseline`` names the plain run compared."""
+    targets: dict[str, Any] = {}
+    big, mid, huge = _row(rows, 32768), _row(rows, 8192), _row(rows, 131072)
+    if big is not None:
+        mem = big["tiled"]["peak_above_baseline_gib"]
+        targets["B=32768 tiled peak memory < 1 GiB above baseline"] = {"value": mem,
+                                                                       "met": mem < 1.0}
+        ratio, base = _plain_ratio(big)
+        targets["B=32768 tiled time <= 0.6 x plain"] = {
+            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 0.6}
+    if mid is not None:
+        ratio, base = _plain_ratio(mid)
+        targets["B=8192 tiled time <= 1.0 x plain"] = {
+            "value": ratio, "baseline": base, "met": None if ratio is None else ratio <= 1.0}
+    if huge is not None:
+        targets["B=131072 tiled completes"] = {"value": huge["tiled"]["seconds"], "met": True}
+    fractions = {r["batch"]: r["tiled_fraction_of_matmul"] for r in rows if r["batch"] >= 16384}
+    if fractions:
+        targets["tiled >= 50% of matmul throughput at B >= 16384"] = {
+            "value": fractions, "met": all(f >= 0.5 for f in fractions.values())}
+    return targets
+
+
+def bf16_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The bf16 targets at B = 16,384 (when run), each with its measured value and whether it
+    is met; the throughput fraction is reported, with no target."""
+    targets: dict[str, Any] = {}
+    row = _row(rows, 16384)
+    if row is None:
+        return targets
+    low = row["bfloat16"]
+    ratio = row["time_ratio_bf16_vs_float32"]
+    targets["B=16384 bf16 time <= 0.6 x float32 tiled (same run)"] = {
+        "value": ratio, "cpu_time_ratio": row["cpu_time_ratio_bf16_vs_float32"],
+        "met": ratio <= 0.6}
+    targets["B=16384 bf16 loss within 1e-2 relative of float64"] = {
+        "value": low["loss_rel_diff_vs_float64"], "met": low["loss_rel_diff_vs_float64"] <= 1e-2}
+    targets["B=16384 bf16 gradient cosine >= 0.999 vs float64"] = {
+        "value": low["grad_cosine_vs_float64"], "met": low["grad_cosine_vs_float64"] >= 0.999}
+    targets["B=16384 bf16 effective throughput, fraction of bf16 matmul"] = {
+        "value": low["fraction_of_matmul"], "met": None}
+    return targets
+
+
+__all__ = ["bf16_targets", "loss_targets"]
