@@ -1,6 +1,6 @@
 """Where crl caches what it computes once (mined pairs, frozen text features), the lock that
 makes processes compute a missing entry once, and the call that fills the caches a set of
-configs needs before parallel workers start."""
+configs needs before parallel workers start (each data set declares how to fill its own)."""
 
 from __future__ import annotations
 
@@ -56,34 +56,39 @@ def locked(path: Path) -> Iterator[None]:
 
 def prepare_data_caches(configs: Iterable[DataConfig | Mapping[str, Any]], *,
                         progress: bool = True) -> int:
-    """Fill the on-disk caches the data configs need (mined ``pycode`` pairs), once each.
+    """Fill the on-disk caches the data configs need, once each: every data set that keeps one
+    declares the hook that fills it (:data:`crl.data.load.DATA_SETS`; ``pycode`` mines its
+    pairs).
 
-    A study calls it before its workers start, so a missing cache is mined once, in the
-    parent, instead of by every worker at the same time; the mining itself holds a file lock
-    (:func:`locked`), so two studies started together mine it once too.
+    A study calls it before its workers start, so a missing cache is filled once, in the
+    parent, instead of by every worker at the same time; a hook that fills under a file lock
+    (:func:`locked`, as pycode's mining does) fills it once when two studies start together too.
 
     Args:
         configs: Data configs of the runs about to start, or their ``data`` sections as dicts;
-            kinds other than pycode need no cache, and a dict that is not a valid data config
-            is passed over (its run reports the problem).
-        progress: Show the mining progress bar.
+            data sets without a cache are passed over, and so is a dict that is not a valid
+            data config (its run reports the problem).
+        progress: Show the hooks' progress bars.
 
     Returns:
-        How many distinct pycode configs were checked (their caches are now on disk).
+        How many distinct caches were checked (they are now on disk): one per data set and
+        distinct section of its options.
     """
     from crl.data.config import DataConfig
-    from crl.data.pycode import load_pycode_pairs
+    from crl.data.load import DATA_SETS
 
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for given in configs:
         try:
             cfg = given if isinstance(given, DataConfig) else DataConfig.model_validate(given)
         except ValueError:  # pydantic's ValidationError and CrlValueError
             continue
-        if cfg.name != "pycode":
+        hook = DATA_SETS[cfg.name].cache
+        if hook is None:
             continue
-        key = cfg.pycode.model_dump_json()
+        options = hook.options(cfg)
+        key = (cfg.name, options.model_dump_json())
         if key not in seen:
             seen.add(key)
-            load_pycode_pairs(cfg.pycode, progress=progress)
+            hook.fill(options, progress)
     return len(seen)

@@ -1,9 +1,15 @@
-"""``load_data(cfg)``: one entry point for every data set, returning its splits."""
+"""``load_data(cfg)``: one entry point for every data set, returning its splits; each data set
+declared once in :data:`DATA_SETS` with its loader and, when it keeps an on-disk cache, the hook
+that fills it (:func:`crl.data.cache.prepare_data_caches`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import numpy as np
 import torch
+from pydantic import BaseModel
 
 from crl.data.base import DataInfo, DataSplits, PairDataset, TensorPairDataset, TextPairDataset
 from crl.data.config import DataConfig
@@ -37,6 +43,84 @@ def _num_classes(labels: torch.Tensor | None) -> int | None:
     return None if labels is None else int(labels.max()) + 1
 
 
+def _load_synthetic(cfg: DataConfig, progress: bool) -> DataSplits:
+    a, b, labels = sample_synthetic(cfg.synthetic, cfg.split_seed)
+    info = DataInfo("vector", a.shape[1], b.shape[1], None, _num_classes(labels), "synthetic",
+                    {"model": cfg.synthetic.model_dump(), "seed": cfg.split_seed})
+    return _splits(TensorPairDataset(a, b, labels), cfg, info)
+
+
+def _load_digits(cfg: DataConfig, progress: bool) -> DataSplits:
+    images, digit_labels = load_digit_images()
+    info = DataInfo("image", None, None, tuple(images.shape[1:]), 10, "digits",
+                    {"source": "sklearn.datasets.load_digits",
+                     "imbalance_ratio": cfg.digits.imbalance_ratio})
+    full = AugmentedImageDataset(images, digit_labels, cfg.digits, cfg.seed)
+    return _splits(full, cfg, info, cfg.digits.imbalance_ratio)
+
+
+def _load_pycode(cfg: DataConfig, progress: bool) -> DataSplits:
+    mined = load_pycode_pairs(cfg.pycode, progress=progress)
+    if len(mined.pairs) < 2:
+        raise CrlValueError(
+            f"pycode: found {len(mined.pairs)} docstring-code pair(s) under "
+            f"{list(mined.provenance['roots'].values())}; need at least 2"
+        )
+    text = TextPairDataset([p.doc for p in mined.pairs], [p.code for p in mined.pairs])
+    info = DataInfo("text", None, None, None, None, "pycode", mined.provenance)
+    return _splits(text, cfg, info)
+
+
+def _load_files(cfg: DataConfig, progress: bool) -> DataSplits:
+    if cfg.files.path is None:
+        raise CrlValueError("load_data: data `files` needs `files.path` (a .npz, .jsonl, .csv, "
+                            ".tsv or .parquet file, or a datasets save_to_disk directory)")
+    dataset, provenance = load_pair_file(cfg.files.path, cfg.files.columns)
+    if isinstance(dataset, TensorPairDataset):
+        info = DataInfo("vector", int(dataset.a.shape[1]), int(dataset.b.shape[1]), None,
+                        _num_classes(dataset.labels), "files", provenance)
+    else:
+        info = DataInfo("text", None, None, None, _num_classes(dataset.labels), "files",
+                        provenance)
+    if dataset.labels is not None and int(dataset.labels.min()) < 0:
+        raise CrlValueError(
+            f"files: labels must be non-negative class ids; got {int(dataset.labels.min())}"
+        )
+    return _splits(dataset, cfg, info)
+
+
+class CacheHook(NamedTuple):
+    """How a data set fills its on-disk cache before the runs that read it start
+    (:func:`crl.data.cache.prepare_data_caches`).
+
+    Attributes:
+        options: The data set's own section of a data config; configs with equal sections
+            share one cache, filled once.
+        fill: ``fill(options, progress)`` makes the cache of ``options`` present on disk.
+    """
+
+    options: Callable[[DataConfig], BaseModel]
+    fill: Callable[[Any, bool], object]
+
+
+class DataSet(NamedTuple):
+    """One data set: ``load(cfg, progress)`` gives its splits; ``cache`` fills its on-disk
+    cache (None for a data set without one)."""
+
+    load: Callable[[DataConfig, bool], DataSplits]
+    cache: CacheHook | None = None
+
+
+#: Every data set, by ``DataConfig.name``.
+DATA_SETS: dict[str, DataSet] = {
+    "synthetic": DataSet(_load_synthetic),
+    "digits": DataSet(_load_digits),
+    # the mined pairs, cached once per distinct `pycode` section (mined under a file lock)
+    "pycode": DataSet(_load_pycode, CacheHook(lambda cfg: cfg.pycode, load_pycode_pairs)),
+    "files": DataSet(_load_files),
+}
+
+
 def load_data(cfg: DataConfig, *, progress: bool = True) -> DataSplits:
     """Load the data set of ``cfg`` and split it into train/val/test.
 
@@ -59,43 +143,7 @@ def load_data(cfg: DataConfig, *, progress: bool = True) -> DataSplits:
         >>> len(splits.train), len(splits.val), len(splits.test), splits.info.dim_a
         (100, 410, 819, 2)
     """
-    if cfg.name == "synthetic":
-        a, b, labels = sample_synthetic(cfg.synthetic, cfg.split_seed)
-        info = DataInfo("vector", a.shape[1], b.shape[1], None, _num_classes(labels), "synthetic",
-                        {"model": cfg.synthetic.model_dump(), "seed": cfg.split_seed})
-        return _splits(TensorPairDataset(a, b, labels), cfg, info)
-    if cfg.name == "digits":
-        images, digit_labels = load_digit_images()
-        info = DataInfo("image", None, None, tuple(images.shape[1:]), 10, "digits",
-                        {"source": "sklearn.datasets.load_digits",
-                         "imbalance_ratio": cfg.digits.imbalance_ratio})
-        full = AugmentedImageDataset(images, digit_labels, cfg.digits, cfg.seed)
-        return _splits(full, cfg, info, cfg.digits.imbalance_ratio)
-    if cfg.name == "pycode":
-        mined = load_pycode_pairs(cfg.pycode, progress=progress)
-        if len(mined.pairs) < 2:
-            raise CrlValueError(
-                f"pycode: found {len(mined.pairs)} docstring-code pair(s) under "
-                f"{list(mined.provenance['roots'].values())}; need at least 2"
-            )
-        text = TextPairDataset([p.doc for p in mined.pairs], [p.code for p in mined.pairs])
-        info = DataInfo("text", None, None, None, None, "pycode", mined.provenance)
-        return _splits(text, cfg, info)
-    if cfg.files.path is None:
-        raise CrlValueError("load_data: data `files` needs `files.path` (a .npz, .jsonl, .csv, "
-                            ".tsv or .parquet file, or a datasets save_to_disk directory)")
-    dataset, provenance = load_pair_file(cfg.files.path, cfg.files.columns)
-    if isinstance(dataset, TensorPairDataset):
-        info = DataInfo("vector", int(dataset.a.shape[1]), int(dataset.b.shape[1]), None,
-                        _num_classes(dataset.labels), "files", provenance)
-    else:
-        info = DataInfo("text", None, None, None, _num_classes(dataset.labels), "files",
-                        provenance)
-    if dataset.labels is not None and int(dataset.labels.min()) < 0:
-        raise CrlValueError(
-            f"files: labels must be non-negative class ids; got {int(dataset.labels.min())}"
-        )
-    return _splits(dataset, cfg, info)
+    return DATA_SETS[cfg.name].load(cfg, progress)
 
 
 def class_counts(dataset: PairDataset) -> np.ndarray:
