@@ -45,17 +45,8 @@ def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Ten
 
     if impl == "open_clip":
         return open_clip_loss
-    if impl == "plain":
-
-        def plain(a: Tensor, b: Tensor, s: Tensor) -> Tensor:
-            # crl's plain (B, B) path at any batch size (the switch is restored at once).
-            saved, tiled.PLAIN_MAX_BATCH = tiled.PLAIN_MAX_BATCH, 1 << 62
-            try:
-                return clip_loss(a, b, s)
-            finally:
-                tiled.PLAIN_MAX_BATCH = saved
-
-        return plain
+    if impl == "plain":  # crl's plain (B, B) path at any batch size
+        return lambda a, b, s: clip_loss(a, b, s, block_size="plain")
     if impl == "tiled":
         block = block_size or tiled.DEFAULT_BLOCK_SIZE  # tiles at every batch size
         return lambda a, b, s: clip_loss(a, b, s, block_size=block)
