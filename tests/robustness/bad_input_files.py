@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -87,13 +88,17 @@ def zero_width_npz(tmp: Path) -> Path:
     return path
 
 
-def os_system_checkpoint(path: Path, marker: Path) -> None:
-    """A checkpoint (``torch.save``, zip format) whose ``rng`` entry runs ``touch marker``."""
+def os_system_checkpoint(path: Path, marker: Path, protocol: int | None = None) -> None:
+    """A checkpoint whose ``rng`` entry runs ``touch marker``: written by ``torch.save`` (zip
+    format), or as a bare pickle of ``protocol``."""
     from crl.train.checkpoint import CHECKPOINT_KEYS
 
     state: dict[str, Any] = {key: 0 for key in CHECKPOINT_KEYS}
     state["rng"] = RunsShell(marker)
-    torch.save(state, path)
+    if protocol is None:
+        torch.save(state, path)
+    else:
+        path.write_bytes(pickle.dumps(state, protocol=protocol))
 
 
 def pickled_pretrained(tmp: Path) -> Path:

@@ -213,10 +213,11 @@ def _cli_pretrained(make: Callable[[Path], Path]) -> Callable[[Path], list[str]]
     return setup
 
 
-def _shell_checkpoint_run(tmp: Path) -> Path:
-    """A stopped run whose checkpoint.pt would run ``touch tmp/pwned`` if trusted."""
+def _shell_checkpoint_run(tmp: Path, protocol: int | None = None) -> Path:
+    """A stopped run whose checkpoint.pt would run ``touch tmp/pwned`` if trusted (written by
+    torch.save, or by ``pickle.dumps`` with ``protocol``)."""
     run = _stopped_run(tmp)
-    bad.os_system_checkpoint(run / "checkpoint.pt", tmp / "pwned")
+    bad.os_system_checkpoint(run / "checkpoint.pt", tmp / "pwned", protocol)
     return run
 
 
@@ -619,6 +620,11 @@ CASES: list[Case] = [
          "(Unsupported global: GLOBAL posix.system): pickled code or objects, which crl "
          "refuses to load", "delete it (nothing in it ran); never load it with "
          "weights_only=False", cli=lambda tmp: ["eval", str(_shell_checkpoint_run(tmp))]),
+    Case("cli-shell-pickle", "CLI", "`crl eval RUN_DIR` with a `checkpoint.pt` that is a bare "
+         "pickle (protocol 5) calling `os.system`", CrlError,
+         "(Unsupported global: GLOBAL posix.system): pickled code or objects",
+         "delete it (nothing in it ran)",
+         cli=lambda tmp: ["eval", str(_shell_checkpoint_run(tmp, protocol=5))]),
     Case("cli-bad-option-value", "CLI", "`crl train ... --nproc two` (any option of the wrong "
          "type)", typer.BadParameter, "crl train: Invalid value for '--nproc'",
          "give an integer; the line ends with where the help is", cli=_cli_train("--nproc", "two")),

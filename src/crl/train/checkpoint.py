@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 import random
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,9 @@ def load_checkpoint(path: str | Path, *, config_hash: str | None = None) -> dict
                 raise ValueError(f"entry {bad} fails its CRC-32 check")
         # weights_only=True: the unpickler builds tensors and plain values only, so a file that
         # asks for anything else (a function to call on load) fails here and nothing runs.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a pickle of protocol > 2 is refused in one line below
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         request = refused_request(exc) or pickled_globals(path)
         if request is None:  # a damaged opcode, not a request for code
