@@ -10,7 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from crl.errors import CrlValueError
 from crl.losses import GlobalContrastiveLoss
+from crl.losses._gcl_temperature import (
+    TEMPERATURE_MODES,
+    FixedTemperature,
+    GlobalTemperature,
+    PerSampleTemperature,
+    temperature_strategy,
+)
 
 
 def embeddings(b: int, d: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -130,3 +138,48 @@ def test_learnable_temperature_is_clamped_and_trains_downhill() -> None:
         loss(a, b, torch.arange(n)).backward()
         opt.step()
     assert objective(float(loss.temperature.detach())) < start - 1e-3
+
+
+@pytest.mark.parametrize(("mode", "strategy", "shape"), [
+    ("fixed", FixedTemperature, ()), ("global_learnable", GlobalTemperature, ()),
+    ("per_sample", PerSampleTemperature, (2, 7))])
+def test_each_mode_is_one_strategy_chosen_at_construction(mode: str, strategy: type,
+                                                          shape: tuple[int, ...]) -> None:
+    """The mode picks its strategy once; the state dict keeps its keys (``temperature`` a
+    float64 buffer when fixed, a parameter when learned)."""
+    loss = GlobalContrastiveLoss(7, temperature=0.2, temperature_mode=mode)  # type: ignore[arg-type]
+    assert type(loss.temperature_strategy) is strategy and loss.temperature_mode == mode
+    assert list(loss.state_dict()) == (["temperature", "log_u_a2b", "log_u_b2a", "epoch"]
+                                       if mode != "fixed" else
+                                       ["log_u_a2b", "log_u_b2a", "epoch", "temperature"])
+    assert tuple(loss.temperature.shape) == shape
+    assert isinstance(loss.temperature, torch.nn.Parameter) == (mode != "fixed")
+    assert loss.temperature.dtype == (torch.float64 if mode == "fixed" else torch.float32)
+    assert TEMPERATURE_MODES[mode] is strategy
+    with pytest.raises(CrlValueError, match="valid values are 'fixed', 'global_learnable', "
+                                            "'per_sample'"):
+        temperature_strategy("f", "learned", rho=1.0, min_temperature=0.1)
+
+
+def test_the_strategies_surrogates_and_clamps() -> None:
+    ratio = torch.tensor([0.5, 2.0], requires_grad=True)
+    log_u, tau = torch.tensor([-1.0, 0.25]), torch.tensor(0.3)
+    fixed = temperature_strategy("f", "fixed", rho=2.0, min_temperature=0.1)
+    assert torch.equal(fixed.surrogate(tau, ratio, log_u), tau * ratio)
+    learned = temperature_strategy("f", "per_sample", rho=2.0, min_temperature=0.1)
+    value = learned.surrogate(tau, ratio, log_u)  # value tau (log u + rho), gradient tau
+    assert torch.allclose(value, tau * (log_u + 2.0))
+    (grad,) = torch.autograd.grad(value.sum(), ratio)
+    assert torch.equal(grad, torch.full((2,), 0.3))
+    temperature = torch.nn.Parameter(torch.tensor([[0.2, 0.5], [0.3, 0.4]]))
+    version = temperature._version
+    learned.clamp_if_below_(temperature)  # in range: not written (its version unchanged)
+    assert temperature._version == version
+    with torch.no_grad():
+        temperature[0, 0] = 0.01
+    learned.clamp_if_below_(temperature)
+    assert float(temperature[0, 0].detach()) == pytest.approx(0.1)
+    assert learned.risk_temperature(temperature) == pytest.approx(0.325)
+    with pytest.raises(CrlValueError, match=r"min_temperature = 0\.5 for a learnable"):
+        GlobalContrastiveLoss(5, temperature=0.2, temperature_mode="global_learnable",
+                              min_temperature=0.5)

@@ -15,11 +15,10 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from crl import distributed
 from crl._validation import (
-    check_choice,
     check_hard,
     check_index,
     check_int_range,
@@ -31,9 +30,10 @@ from crl._validation import (
     describe,
     upcast,
 )
-from crl.errors import CrlTypeError, CrlValueError
+from crl.errors import CrlTypeError
 from crl.losses._common import anchor_negatives, expand_counted, hard_scores, masked_logsumexp
-from crl.losses._gcl_schedule import cosine_gamma
+from crl.losses._gcl_schedule import check_gamma_schedule, cosine_gamma
+from crl.losses._gcl_temperature import temperature_strategy
 from crl.losses.base import (
     AnchorTerms,
     LossContext,
@@ -154,47 +154,23 @@ class GlobalContrastiveLoss(PairLoss):
         self.block_size = check_block_size(_WHERE, block_size)
         self.num_samples = check_int_range(_WHERE, "num_samples", num_samples, 1, None)
         check_positive(_WHERE, "temperature", temperature, allow_tensor=False)
-        check_positive(_WHERE, "min_temperature", min_temperature, allow_tensor=False)
-        for name, value in (("gamma", gamma), ("gamma_min", gamma_min)):
-            check_positive(_WHERE, name, value, allow_tensor=False)
-            if value > 1:
-                raise CrlValueError(f"{_WHERE}: `{name}` must be in (0, 1]; got {value}")
-        self.gamma_schedule = check_choice(_WHERE, "gamma_schedule", gamma_schedule,
-                                           ("constant", "cosine"))
-        if self.gamma_schedule == "cosine":
-            if decay_epochs is None:
-                raise CrlValueError(f"{_WHERE}: `decay_epochs` is required for "
-                                    "gamma_schedule='cosine'; got None")
-            check_int_range(_WHERE, "decay_epochs", decay_epochs, 1, None)
-        self.temperature_mode = check_choice(_WHERE, "temperature_mode", temperature_mode,
-                                             ("fixed", "global_learnable", "per_sample"))
-        if not isinstance(rho, (int, float)) or isinstance(rho, bool) or not math.isfinite(rho):
-            raise CrlTypeError(f"{_WHERE}: `rho` must be a finite number; got {describe(rho)}")
-        if self.temperature_mode != "fixed" and temperature < min_temperature:
-            raise CrlValueError(f"{_WHERE}: `temperature` must be >= min_temperature = "
-                                f"{min_temperature} for a learnable temperature; got {temperature}")
-        self.gamma = float(gamma)
-        self.gamma_min = float(gamma_min)
-        self.decay_epochs = decay_epochs
-        self.symmetric = bool(symmetric)
+        self.gamma_schedule = check_gamma_schedule(_WHERE, gamma_schedule, gamma, gamma_min,
+                                                   decay_epochs)
         if not isinstance(include_positive, bool):
             raise CrlTypeError(f"{_WHERE}: `include_positive` must be a bool; got "
                                f"{describe(include_positive)}")
+        # The temperature mode, chosen once: how tau is held, used, clamped and reported.
+        self.temperature_strategy = temperature_strategy(_WHERE, temperature_mode, rho=rho,
+                                                         min_temperature=min_temperature)
+        self.temperature_mode = self.temperature_strategy.mode
+        self.gamma, self.gamma_min, self.decay_epochs = float(gamma), float(gamma_min), decay_epochs
+        self.symmetric = bool(symmetric)
         self.include_positive = include_positive
-        self.rho = float(rho)
-        self.min_temperature = float(min_temperature)
         nan = torch.full((self.num_samples,), math.nan, dtype=torch.float64)
         self.register_buffer("log_u_a2b", nan.clone())
         self.register_buffer("log_u_b2a", nan.clone())
         self.register_buffer("epoch", torch.tensor(0, dtype=torch.int64))
-        if self.temperature_mode == "fixed":
-            # float64 so that a float64 computation sees exactly the number that was given
-            self.register_buffer("temperature", torch.tensor(float(temperature),
-                                                             dtype=torch.float64))
-        elif self.temperature_mode == "global_learnable":
-            self.temperature = nn.Parameter(torch.tensor(float(temperature)))
-        else:
-            self.temperature = nn.Parameter(torch.full((2, self.num_samples), float(temperature)))
+        self.temperature_strategy.attach(self, temperature, self.num_samples)  # after the buffers
 
     @classmethod
     def from_config(cls, cfg: LossConfig, ctx: LossContext) -> GlobalContrastiveLoss:
@@ -301,11 +277,7 @@ class GlobalContrastiveLoss(PairLoss):
         log_u = self._update(state, index[rows], log_g_hat)  # (A,), detached
         ratio = torch.exp(log_g_hat - log_u)  # g_hat / u <= 1 / gamma
         tau_a = tau if tau.dim() == 0 else tau[rows]  # () or (A,)
-        if self.temperature_mode == "fixed":
-            return tau_a * ratio
-        # Value tau (log u + rho); gradient tau grad(g_hat)/u (model) and
-        # log u + tau g_hat'/u + rho (temperature), as FastCLIP-v3 / iSogCLR.
-        return tau_a * (ratio - ratio.detach() + log_u + self.rho)
+        return self.temperature_strategy.surrogate(tau_a, ratio, log_u)
 
     def forward(self, a: Tensor, b: Tensor, index: Tensor,
                 negatives_mask: Tensor | TileMask | None = None, *,
@@ -357,10 +329,7 @@ class GlobalContrastiveLoss(PairLoss):
             mask = densify(negatives_mask, index[rows], index)
         if hard is not None:
             hard = upcast(check_hard(_WHERE, hard, a), dtype)
-        if self.temperature_mode != "fixed":
-            with torch.no_grad():  # only when needed: an in-place write would bump its version
-                if bool((self.temperature < self.min_temperature).any()):
-                    self.after_step()
+        self.temperature_strategy.clamp_if_below_(self.temperature)
         tiles = decide_tiles(_WHERE, self.block_size, h, batch)
         return reduce_terms(self.terms(PairBatch(a, b, index, None, rows, mask, hard, tiles),
                                        share_state=False), world=1)
@@ -393,24 +362,17 @@ class GlobalContrastiveLoss(PairLoss):
         return AnchorTerms(tuple(values), counted)
 
     def after_step(self) -> None:  # learnable temperatures >= min_temperature
-        if self.temperature_mode != "fixed":
-            with torch.no_grad():
-                self.temperature.clamp_(min=self.min_temperature)
+        self.temperature_strategy.clamp_(self.temperature)
 
     def logs(self) -> dict[str, float]:
         return {"train/gcl_gamma": self.current_gamma}
 
     def risk_temperature(self) -> float:
-        if self.temperature_mode != "fixed":
-            return float(self.temperature.detach().mean())  # per-sample: their mean
-        return float(self.temperature)
+        return self.temperature_strategy.risk_temperature(self.temperature)
 
     def _tau(self, direction: int, index: Tensor, dtype: torch.dtype) -> Tensor:
         """The temperature of a direction: 0-dim, or ``(B,)`` in the per-sample mode."""
-        tau = self.temperature
-        if self.temperature_mode == "per_sample":
-            tau = tau[direction][index.to(tau.device)]
-        return tau.to(device=index.device, dtype=dtype)
+        return self.temperature_strategy.of_batch(self.temperature, direction, index, dtype)
 
 
 __all__ = ["GammaSchedule", "GlobalContrastiveLoss", "TemperatureMode", "cosine_gamma"]
