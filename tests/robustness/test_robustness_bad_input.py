@@ -286,6 +286,16 @@ def _study(*extra: str) -> Callable[[Path], list[str]]:
     return setup
 
 
+def _report_on(options: dict[str, Any], **top: Any) -> Callable[[Path], list[str]]:
+    """``crl report`` on a study directory whose ``study.json`` holds ``options`` (and the
+    top-level keys ``top``)."""
+    def setup(tmp: Path) -> list[str]:
+        described = {"study": "negatives", "preset": "smoke", "options": options, **top}
+        return ["report", str(_write(tmp / "negatives" / "study.json",
+                                      json.dumps(described)).parent)]
+    return setup
+
+
 def _empty_python_root(tmp: Path) -> Callable[[], object]:
     from crl.data import DataConfig, load_data
 
@@ -645,6 +655,31 @@ CASES: list[Case] = [
          "be created", CrlValueError, "cannot write the study directory",
          "choose a writable --out",
          cli=lambda tmp: _study("--out", str(_under_a_file(tmp)))(tmp)),
+    Case("cli-study-tolerance-negative", "CLI", "`crl study negatives --tolerance -1`",
+         CrlValueError, "study negatives: `--tolerance`: input should be greater than or equal "
+         "to 0; got -1.0", "use a tolerance >= 0 in the metric's units (nothing trained)",
+         cli=_study("--tolerance", "-1")),
+    Case("cli-study-tolerance-nan", "CLI", "`crl study negatives --tolerance nan`",
+         CrlValueError, "`--tolerance`: input should be a finite number; got nan",
+         "use a finite tolerance such as 0.01", cli=_study("--tolerance", "nan")),
+    Case("cli-report-tolerance-text", "CLI", "`crl report DIR` whose `study.json` holds "
+         "`\"tolerance\": \"x\"`", CrlValueError,
+         "study.json: options.tolerance: input should be a valid number; got 'x'",
+         "write a number (or re-run the study)",
+         cli=_report_on({"data": "synthetic", "tolerance": "x"})),
+    Case("cli-report-tolerance-negative", "CLI", "`crl report DIR` whose `study.json` holds "
+         "`\"tolerance\": -1`", CrlValueError,
+         "study.json: options.tolerance: input should be greater than or equal to 0; got -1",
+         "write a tolerance >= 0", cli=_report_on({"data": "synthetic", "tolerance": -1})),
+    Case("cli-report-unknown-option", "CLI", "`crl report DIR` whose `study.json` has an "
+         "unknown option `tolerence`", CrlValueError,
+         "study.json: options.tolerence: unknown option; valid options: data, config, model",
+         "use one of the listed options", cli=_report_on({"data": "synthetic",
+                                                           "tolerence": 0.01})),
+    Case("cli-report-unknown-key", "CLI", "`crl report DIR` whose `study.json` has an unknown "
+         "top-level key", CrlValueError,
+         "study.json: colour: unknown key; valid keys: study, preset, options",
+         "remove the key", cli=_report_on({"data": "synthetic"}, colour="red")),
     Case("cli-report-not-a-study", "CLI", "`crl report DIR` on a directory that is not a study",
          CrlValueError, "is not a study directory (no study.json)",
          "pass the directory `crl study` wrote",

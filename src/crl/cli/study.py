@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from crl.cli._executors import executor_options
 
 if TYPE_CHECKING:
     from crl.experiments.executors import Executor
+    from crl.experiments.study import Analysis
 
 study_app = typer.Typer(help="Run a study: a grid of runs plus an analysis and a report.",
                         no_args_is_help=True)
@@ -25,9 +27,15 @@ _WORKERS = typer.Option(None, "--workers", help="Parallel runs (default: number 
 _NO_PROGRESS = typer.Option(False, "--no-progress", help="Hide the progress bar.")
 
 
-def _finish(study_dir: Path, headline: str) -> None:
-    print(headline)
-    print(f"report: {study_dir / 'report.html'}")
+def _finish(study_dir: Path, analysis: Analysis, *, headline: bool = True) -> None:
+    """The headline, a warning on stderr for finished runs that cannot be read, the report."""
+    from crl.experiments.report import REPORT_FILE, unreadable_text
+
+    if headline:
+        print(analysis.headline)
+    if analysis.unreadable:
+        print(f"warning: {unreadable_text(analysis.unreadable)}", file=sys.stderr)
+    print(f"report: {study_dir / REPORT_FILE}")
 
 
 @study_app.command("negatives")
@@ -79,7 +87,7 @@ def negatives(
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
         device=device, target_n=target_n, refine_runs=refine_runs, executor=executor,
         group_runs=not no_group)
-    _finish(outcome.study_dir, analysis.headline)
+    _finish(outcome.study_dir, analysis)
 
 
 def _simple(name: str, doc: str) -> None:
@@ -89,7 +97,7 @@ def _simple(name: str, doc: str) -> None:
 
         outcome, analysis = run_and_report(name, preset=preset, out=out, workers=workers,
                                            progress=not no_progress, executor=executor)
-        _finish(outcome.study_dir, analysis.headline)
+        _finish(outcome.study_dir, analysis)
 
     command.__doc__ = doc
     study_app.command(name)(handle_errors(executor_options(command)))
@@ -114,4 +122,4 @@ def report(study_dir: Path = typer.Argument(..., help="A study directory, e.g. r
     """
     from crl.experiments.api import rebuild_report
 
-    print(f"report: {rebuild_report(study_dir)}")
+    _finish(study_dir, rebuild_report(study_dir), headline=False)

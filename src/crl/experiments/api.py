@@ -8,12 +8,11 @@ from typing import Any
 from crl.errors import CrlValueError
 from crl.experiments.executors.base import Executor
 from crl.experiments.executors.registry import build_executor
-from crl.experiments.registry import get_study
-from crl.experiments.report import REPORT_FILE, build_report
-from crl.experiments.results import collect_rows
+from crl.experiments.registry import get_study, study_class
+from crl.experiments.report import build_report
+from crl.experiments.results import collect_results
 from crl.experiments.runner import STUDY_FILE, StudyOutcome, prepare_study_dir, run_study
-from crl.experiments.study import Analysis
-from crl.rundir import read_json
+from crl.experiments.study import Analysis, Study, check_options, read_study_file
 
 
 def _merge(first: StudyOutcome, later: StudyOutcome) -> StudyOutcome:
@@ -49,7 +48,7 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     outcome = run_study(study, out, progress=progress, executor=executor,
                         group_runs=group_runs)
     while not outcome.failed:
-        rows = collect_rows(study.runs(), outcome.study_dir)
+        rows = collect_results(study.runs(), outcome.study_dir, study.result_keys()).rows
         if not study.refine(rows, outcome.study_dir):
             break
         outcome = _merge(outcome, run_study(study, out, progress=progress, executor=executor,
@@ -70,14 +69,31 @@ def _failures(name: str, outcome: StudyOutcome, which: str) -> str:
             f"(traceback in {outcome.study_dir / first_id / 'error.txt'})")
 
 
-def rebuild_report(study_dir: str | Path) -> Path:
-    """Rebuild the report of the study in ``study_dir`` from its files alone."""
-    study_dir = Path(study_dir)
-    if not (study_dir / STUDY_FILE).exists():
+def load_study(study_dir: str | Path) -> Study:
+    """The study recorded in ``study_dir/study.json``, every key of the file checked.
+
+    Raises:
+        CrlValueError: one line naming the file and what is wrong in it (an unknown study,
+            preset or option with the valid ones, an option of the wrong type or range).
+    """
+    path = Path(study_dir) / STUDY_FILE
+    if not path.exists():
         raise CrlValueError(f"{study_dir} is not a study directory (no {STUDY_FILE}); "
                             "pass the directory `crl study` wrote, e.g. runs/negatives")
-    described = read_json(study_dir / STUDY_FILE)
-    study = get_study(str(described["study"]), preset=str(described["preset"]),
-                      **dict(described.get("options", {})))
-    build_report(study, study_dir)
-    return study_dir / REPORT_FILE
+    described = read_study_file(path)
+    try:
+        cls = study_class(described.study)
+    except CrlValueError as exc:
+        raise CrlValueError(f"{path}: study: {exc}") from None
+    check_options(cls.Options, described.options, where=str(path),
+                  name=lambda option: f"options.{option}")
+    try:  # what the options' types allow but the study refuses (an n below 2, a lost file)
+        return cls(described.preset, **described.options)
+    except CrlValueError as exc:
+        raise CrlValueError(f"{path}: {exc}") from None
+
+
+def rebuild_report(study_dir: str | Path) -> Analysis:
+    """Rebuild the report of the study in ``study_dir`` from its files alone
+    (``study_dir/report.html``); returns its analysis."""
+    return build_report(load_study(study_dir), Path(study_dir))

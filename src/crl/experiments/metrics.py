@@ -96,6 +96,21 @@ def metric_spec(name: str) -> MetricSpec:
     return spec
 
 
+#: The two directions whose mean is the derived ``recall@1``.
+RECALL_AT_1 = ("retrieval/x2y_recall@1", "retrieval/y2x_recall@1")
+
+
+def metric_keys(name: str) -> tuple[str, ...]:
+    """The keys of a run's flat metrics that metric ``name`` is read from (``recall@1``: both
+    directions).
+
+    Example:
+        >>> metric_keys("recall@1"), metric_keys("probe/knn_acc")
+        (('retrieval/x2y_recall@1', 'retrieval/y2x_recall@1'), ('probe/knn_acc',))
+    """
+    return RECALL_AT_1 if name == "recall@1" else (name,)
+
+
 def metric_value(row: Mapping[str, Any], name: str) -> float | None:
     """The value of metric ``name`` in a run's flat metrics ``row`` (a summary or a results
     row), None when the row lacks it; ``recall@1`` is derived, the mean of the directions'
@@ -107,7 +122,7 @@ def metric_value(row: Mapping[str, Any], name: str) -> float | None:
         0.375
     """
     if name == "recall@1":
-        values = [row.get("retrieval/x2y_recall@1"), row.get("retrieval/y2x_recall@1")]
+        values = [row.get(key) for key in RECALL_AT_1]
         nums = [float(v) for v in values if isinstance(v, (int, float))]
         return sum(nums) / len(nums) if nums else None
     value = row.get(name)

@@ -23,8 +23,13 @@ def study_names() -> list[str]:
     return list(_studies())
 
 
-def get_study(name: str, *, preset: str = "quick", **options: Any) -> Study:
-    """Build the study ``name`` for ``preset`` with ``options``."""
+def study_class(name: str) -> type[Study]:
+    """The registered study ``name`` (an error lists the registered ones)."""
     studies = _studies()
     check_choice("crl study", "study", name, studies)
-    return studies[name](preset, **options)
+    return studies[name]
+
+
+def get_study(name: str, *, preset: str = "quick", **options: Any) -> Study:
+    """Build the study ``name`` for ``preset`` with ``options``."""
+    return study_class(name)(preset, **options)

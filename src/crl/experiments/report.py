@@ -15,7 +15,7 @@ from typing import Any
 
 from crl.env import environment_info
 from crl.errors import CrlValueError
-from crl.experiments.results import RESULTS_FILE, collect_rows, write_results
+from crl.experiments.results import RESULTS_FILE, Unreadable, collect_results, write_results
 from crl.experiments.study import Analysis, Study
 from crl.rundir import atomic_write, read_json, write_json
 
@@ -55,15 +55,47 @@ def _image_tag(path: Path) -> str:
     return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
 
 
+def unreadable_text(unreadable: list[Unreadable]) -> str:
+    """One sentence on the finished runs whose results cannot be read ("" when none).
+
+    Example:
+        >>> print(unreadable_text([Unreadable("n64-s0-1a", "retrieval/x2y_recall@1", "'abc'")]))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        1 finished run cannot be read and is left out of the analysis: n64-s0-1a:
+        retrieval/x2y_recall@1 = 'abc'. Delete such a run's summary.json and re-run the study
+        to train it again.
+    """
+    runs = len({u.run_id for u in unreadable})
+    if not runs:
+        return ""
+    return (f"{runs} finished run{'s' * (runs != 1)} cannot be read and "
+            f"{'are' if runs != 1 else 'is'} left out of the analysis: "
+            + "; ".join(str(u) for u in unreadable)
+            + ". Delete such a run's summary.json and re-run the study to train it again.")
+
+
+def _unreadable_html(unreadable: list[Unreadable]) -> list[str]:
+    if not unreadable:
+        return []
+    parts = [f"<p class='headline'>{html.escape(unreadable_text(unreadable))}</p>",
+             "<table><tr><th>run</th><th>key</th><th>value</th></tr>"]
+    parts.extend(f"<tr><td>{html.escape(u.run_id)}</td><td>{html.escape(u.key)}</td>"
+                 f"<td>{html.escape(u.value)}</td></tr>" for u in unreadable)
+    parts.append("</table>")
+    return parts
+
+
 def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
                 environment: dict[str, Any], counts: dict[str, int]) -> str:
-    """The report page; images are inlined so the file stands alone."""
+    """The report page; images are inlined so the file stands alone. ``counts``: distinct
+    runs ``finished`` (their results read) of ``total``."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='headline'>{html.escape(analysis.headline)}</p>",
         f"<p>Distinct runs finished: {counts['finished']} of {counts['total']}.</p>",
+        *_unreadable_html(analysis.unreadable),
     ]
     for section in analysis.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
@@ -108,8 +140,12 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
     """Rebuild ``results.csv``, ``analysis.json``, ``plots/`` and ``report.html`` of a study."""
     study.load_state(study_dir)
     specs = study.runs()
-    rows = collect_rows(specs, study_dir)
+    results = collect_results(specs, study_dir, study.result_keys())
+    rows = results.rows
     if not rows:
+        if results.unreadable:
+            raise CrlValueError(f"{study_dir}: no finished run can be read; "
+                                + unreadable_text(results.unreadable))
         failed = sorted(p.parent.name for p in study_dir.glob("*/error.txt"))
         raise CrlValueError(
             f"{study_dir}: no finished runs to report on (no summary.json in any run directory "
@@ -118,11 +154,14 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
                if failed else f"); run `{reproduce_command(study)}` first")
         )
     first = ["run_id", *dict.fromkeys(k for s in specs for k in s.tags)]
-    write_results(rows, study_dir / RESULTS_FILE, first)
+    write_results(results.written, study_dir / RESULTS_FILE, first)
     (study_dir / PLOTS_DIR).mkdir(exist_ok=True)
     analysis = study.analyze(rows, study_dir)
+    analysis.unreadable = results.unreadable
     write_json(study_dir / ANALYSIS_FILE, {"headline": analysis.headline,
-                                          "numbers": analysis.numbers})
+                                          "numbers": analysis.numbers,
+                                          "unreadable": [u.to_dict() for u in
+                                                         results.unreadable]})
     recorded = study_dir / "environment.json"
     environment = read_json(recorded) if recorded.exists() else environment_info()
     if not recorded.exists():

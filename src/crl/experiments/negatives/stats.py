@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from crl.errors import CrlValueError
+
 FloatArray = NDArray[np.float64]
 REGIMES = ("shared", "independent")
 #: The width (upper / lower end) at which an m* interval counts as informative.
@@ -186,7 +188,15 @@ def estimate_cell(regime: str, n: int, runs: dict[tuple[int, int], float], toler
 
 def estimate_cells(rows: list[dict[str, Any]], metric: str, higher: bool, tolerance: float, *,
                    num_bootstrap: int = 400, seed: int = 0) -> list[CellEstimate]:
-    """:func:`estimate_cell` for every (regime, n) of ``rows`` with at least 2 swept m."""
+    """:func:`estimate_cell` for every (regime, n) of ``rows`` with at least 2 swept m.
+
+    Raises:
+        CrlValueError: when ``tolerance`` is not a finite number >= 0.
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not math.isfinite(tolerance) or tolerance < 0:
+        raise CrlValueError(f"estimate_cells: `tolerance` must be a finite number >= 0 (in the "
+                            f"metric's units); got {tolerance!r}")
     rng = np.random.default_rng(seed)
     out = []
     for (regime, n), runs in sorted(score_table(rows, metric, higher).items()):

@@ -14,10 +14,12 @@ wide. With ``config=`` the sweep runs the user's own ``crl train`` config.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
 
 from crl.errors import CrlValueError
-from crl.experiments.metrics import metric_spec, metric_value
+from crl.experiments.metrics import METRICS, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.refine import plan_refinement
@@ -28,7 +30,8 @@ from crl.experiments.negatives.setup import (
     setup_section,
 )
 from crl.experiments.negatives.stats import REGIMES, estimate_cells
-from crl.experiments.study import Analysis, RunSpec, Study
+from crl.experiments.study import Analysis, RunSpec, Study, StudyOptions
+from crl.models.config import ModelKind
 from crl.rundir import read_json, write_json
 
 FRACTIONS_FULL = grids.FRACTIONS_FULL
@@ -39,6 +42,56 @@ DEFAULT_METRICS = {"digits": "probe/knn_acc"}
 REFINEMENT_FILE = "refinement.json"
 #: Refinement stages at most (each plans from the runs of all earlier ones).
 MAX_STAGES = 3
+
+
+class NegativesOptions(StudyOptions):
+    """The options of ``crl study negatives`` (their meaning: :class:`NegativesStudy`), typed
+    and checked before any run trains; ``study.json`` records them."""
+
+    data: str = "pycode"
+    config: str | None = None
+    model: ModelKind | None = None
+    metric: str | None = None
+    tolerance: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.01
+    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    ns: list[int] | None = None
+    fractions: list[float] | None = None
+    seeds: list[int] | None = None
+    budget: int | None = None
+    batch_size: int | None = None
+    device: str | None = None
+    target_n: int | None = None
+    refine_runs: int | None = None
+
+    @field_validator("ns", "fractions", "seeds", mode="before")
+    @classmethod
+    def _as_list(cls, value: Any) -> Any:
+        return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("metric")
+    @classmethod
+    def _declared(cls, value: str | None) -> str | None:
+        if value is not None and value not in METRICS:
+            raise ValueError("has no declared direction; choose one of "
+                             + ", ".join(sorted(METRICS)))
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | None) -> str | None:
+        from crl.train.config import TrainOptions
+
+        if value is not None:
+            try:
+                TrainOptions(device=value)  # the runs' own rule for a device
+            except ValidationError:
+                raise ValueError("must be cpu, cuda or cuda:N") from None
+        return value
+
+    def recorded(self) -> dict[str, Any]:
+        """``data``, ``metric`` and ``tolerance`` always, the others when given."""
+        return {k: v for k, v in self.model_dump().items()
+                if k in ("data", "metric", "tolerance") or v is not None}
 
 
 class NegativesStudy(Study):
@@ -67,19 +120,13 @@ class NegativesStudy(Study):
     #: (crl.experiments.executors.grouping).
     fit_runs = True
 
-    def __init__(self, preset: str = "quick", *, data: str = "pycode", config: str | None = None,
-                 model: str | None = None, metric: str | None = None, tolerance: float = 0.01,
-                 temperature: float | None = None, ns: list[int] | None = None,
-                 fractions: list[float] | None = None, seeds: list[int] | None = None,
-                 budget: int | None = None, batch_size: int | None = None,
-                 device: str | None = None, target_n: int | None = None,
-                 refine_runs: int | None = None) -> None:
-        given = {"config": config, "model": model, "temperature": temperature, "ns": ns,
-                 "fractions": fractions, "seeds": seeds, "budget": budget,
-                 "batch_size": batch_size, "device": device, "target_n": target_n,
-                 "refine_runs": refine_runs}
-        super().__init__(preset, data=data, metric=metric, tolerance=tolerance,
-                         **{k: v for k, v in given.items() if v is not None})
+    Options = NegativesOptions
+    settings: NegativesOptions
+
+    def __init__(self, preset: str = "quick", **options: Any) -> None:
+        super().__init__(preset, **options)  # every option checked (NegativesOptions)
+        o = self.settings
+        config, model, metric, target_n = o.config, o.model, o.metric, o.target_n
         self.base: dict[str, Any] | None = None
         if config is not None:
             if model is not None:
@@ -87,12 +134,15 @@ class NegativesStudy(Study):
                                     "(the config names its model)")
             from crl.train import load_config
 
-            self.base = load_config(config).model_dump(mode="json")
+            try:
+                self.base = load_config(config).model_dump(mode="json")
+            except CrlValueError as exc:
+                raise CrlValueError(f"study negatives: `--config`: {exc}") from None
             data_name = str(self.base["data"]["name"])
             self.kind = data_name if data_name in grids.DATA_NAMES else "files"
             self.data_section = self.base["data"]
         else:
-            self.kind, self.data_section = grids.data_section(data)
+            self.kind, self.data_section = grids.data_section(o.data)
         self.model_section = (self.base["model"] if self.base is not None
                               else grids.model_section(self.kind, model))
         data_name = self.kind if self.base is None else str(self.base["data"]["name"])
@@ -101,13 +151,13 @@ class NegativesStudy(Study):
         if self.metric.startswith("probe/") and data_name == "pycode":
             raise CrlValueError(f"study negatives: metric {self.metric!r} needs labelled data; "
                                 "the pycode pairs have no labels (use recall@1, or --data digits)")
-        self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=ns,
-                                        fractions=fractions, seeds=seeds, budget=budget,
-                                        batch_size=batch_size, refine_runs=refine_runs)
-        self.tolerance = float(tolerance)
-        self.temperature = temperature
-        self.device = device
-        if target_n is not None and (int(target_n) != target_n or target_n < 2):
+        self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=o.ns,
+                                        fractions=o.fractions, seeds=o.seeds, budget=o.budget,
+                                        batch_size=o.batch_size, refine_runs=o.refine_runs)
+        self.tolerance = o.tolerance
+        self.temperature = o.temperature
+        self.device = o.device
+        if target_n is not None and target_n < 2:
             raise CrlValueError(f"study negatives: `--target-n` must be an integer >= 2; got "
                                 f"{target_n!r}")
         self.target_n = target_n
@@ -203,6 +253,10 @@ class NegativesStudy(Study):
         return len(new)
 
     # -- analysis -------------------------------------------------------------------------
+
+    def result_keys(self) -> tuple[str, ...]:
+        """The summary metric's keys (``recall@1``: both directions' recall@1)."""
+        return metric_keys(self.metric)
 
     def _with_metric(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
