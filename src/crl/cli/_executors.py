@@ -1,8 +1,9 @@
 """``--executor`` and its settings, shared by every ``crl study NAME`` command.
 
 :func:`executor_options` adds the flags to a command's signature (typer reads it) and hands the
-command one built :class:`~crl.experiments.executors.Executor` in its ``executor`` argument, so
-each study command stays a few lines and the flags are declared once.
+command one built :class:`~crl.experiments.executors.base.Executor` in its ``executor``
+argument, so each study command stays a few lines. The flags are the engines' own declarations
+(:func:`crl.experiments.executors.registry.engine_options`): a new engine brings its flags.
 """
 
 from __future__ import annotations
@@ -10,58 +11,61 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 
+from crl.experiments.executors.registry import (
+    ENGINES,
+    EngineOption,
+    build_executor,
+    engine_options,
+)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-_OPTIONS: list[tuple[str, Any, Any]] = [
-    ("executor", str, typer.Option(
-        "local", "--executor", help="Where the runs execute: local (a process pool, the "
-        "default), submitit (a Slurm job array; pip install 'crl\\[slurm]') or ray (Ray "
-        "tasks; pip install 'crl\\[ray]'). See docs/distributed.md.")),
-    ("slurm_partition", str | None, typer.Option(
-        None, "--slurm-partition", help="submitit: the Slurm partition of the jobs.")),
-    ("slurm_time", str | None, typer.Option(
-        None, "--slurm-time", help="submitit: each job's time limit, minutes or "
-        "\\[days-]hh:mm:ss (default 4:00:00); a run that reaches it is requeued and resumes.")),
-    ("slurm_gpus_per_run", int | None, typer.Option(
-        None, "--slurm-gpus-per-run", help="submitit: GPUs of each job (with --device cuda).")),
-    ("slurm_setup", list[str] | None, typer.Option(
-        None, "--slurm-setup", metavar="LINE", help="submitit: a shell line run before each "
-        "job, e.g. 'source .venv/bin/activate' (repeatable).")),
-    ("slurm_parameters", Path | None, typer.Option(
-        None, "--slurm-parameters", metavar="YAML", help="submitit: a YAML file of more "
-        "submitit parameters (account, qos, mem, constraint, ...).")),
-    ("ray_address", str | None, typer.Option(
-        None, "--ray-address", help="ray: a running Ray cluster (default: a local Ray started "
-        "for the study with --workers CPUs).")),
-    ("gpus_per_run", int | None, typer.Option(
-        None, "--gpus-per-run", help="ray: GPUs reserved by each run (with --device cuda).")),
-]
+
+def _executor_help() -> str:
+    """``--executor``'s help: each engine with its summary and the extra that installs it."""
+    kinds = [f"{kind} ({engine.summary}"
+             + (f"; pip install 'crl[{engine.requires[1]}]')" if engine.requires else ")")
+             for kind, engine in ENGINES.items()]
+    return (f"Where the runs execute: {', '.join(kinds[:-1])} or {kinds[-1]}. "
+            "See docs/distributed.md.")
+
+
+def _escaped(text: str) -> str:
+    """``text`` as typer's help (rich markup) shows it: ``[`` escaped."""
+    return text.replace("[", "\\[")
+
+
+def _typer_option(option: EngineOption) -> Any:
+    """The typer option of an engine's flag (not given: None)."""
+    return typer.Option(None, option.flag, help=_escaped(option.help), metavar=option.metavar)
 
 
 def executor_options(command: F) -> F:
     """Give ``command`` (which takes ``workers`` and ``executor``) the executor flags.
 
-    The wrapper's signature is the command's without ``executor``, plus the flags; it builds
-    the executor with :func:`crl.experiments.executors.build_executor` (a bad flag is one
+    The wrapper's signature is the command's without ``executor``, plus ``--executor`` and every
+    engine's flags; it builds the executor with
+    :func:`crl.experiments.executors.registry.build_executor` (a bad flag is one
     ``CrlValueError``) and calls the command with it.
     """
+    options = engine_options()
     signature = inspect.signature(command)
     kept = [p for p in signature.parameters.values() if p.name != "executor"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                               annotation=annotation) for name, annotation, option in _OPTIONS]
+    choice = typer.Option("local", "--executor", help=_escaped(_executor_help()))
+    added = [inspect.Parameter("executor", inspect.Parameter.KEYWORD_ONLY, default=choice,
+                               annotation=str),
+             *(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY,
+                                 default=_typer_option(o), annotation=o.annotation)
+               for o in options)]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from crl.experiments.executors import build_executor
-
-        settings = {name: kwargs.pop(name) for name, _, _ in _OPTIONS}
-        kind = settings.pop("executor")
-        settings["slurm_setup"] = settings["slurm_setup"] or ()
+        kind = kwargs.pop("executor")
+        settings = {o.name: kwargs.pop(o.name) for o in options}
         executor = build_executor(kind, workers=kwargs.get("workers"), **settings)
         return command(*args, executor=executor, **kwargs)
 
@@ -71,5 +75,5 @@ def executor_options(command: F) -> F:
         parameters=[*positional, *keyword, *added])
     wrapper.__annotations__ = {
         **{k: v for k, v in command.__annotations__.items() if k != "executor"},
-        **{name: annotation for name, annotation, _ in _OPTIONS}}
+        **{p.name: p.annotation for p in added}}
     return wrapper  # type: ignore[return-value]

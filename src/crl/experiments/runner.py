@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.progress import (
     BarColumn,
@@ -32,6 +31,7 @@ from crl.experiments.executors.base import (
     SPEC_FILE,
     Executor,
     RunTask,
+    Task,
     default_workers,
     execute_run,
     is_done,
@@ -107,7 +107,7 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
     # A missing data cache (mined pycode pairs) is filled once here, not by every worker.
     prepare_data_caches([s.config["data"] for s in pending
                          if isinstance(s.config.get("data"), dict)], progress=progress)
-    tasks: list[Any] = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
+    tasks: list[Task] = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
     if group_runs and isinstance(executor, LocalExecutor):
         tasks = plan_tasks(study, pending, study_dir, workers=executor.workers)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset}, {executor.kind})"),

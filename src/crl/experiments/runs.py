@@ -9,8 +9,15 @@ import torch
 
 from crl.errors import StaleRunError
 from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
-from crl.train import RunResult, TrainConfig, build_run, config_hash, fit, load_checkpoint
-from crl.train.build import BuiltRun
+from crl.train import (
+    BuiltRun,
+    RunResult,
+    TrainConfig,
+    build_run,
+    config_hash,
+    fit,
+    load_checkpoint,
+)
 
 # What ``fit`` writes in its run directory (a study's own files there are left alone).
 _FIT_FILES = (SUMMARY_FILE, CHECKPOINT_FILE, METRICS_FILE, CONFIG_FILE)

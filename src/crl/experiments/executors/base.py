@@ -8,12 +8,15 @@ logic of crl's own: an :class:`Executor` is handed :class:`RunTask` objects, run
 :func:`run_task` (the lock, the fit, the summary) is the same function under every engine:
 
 - ``local``: :class:`~crl.experiments.executors.local.LocalExecutor`, a process pool on this
-  machine (the default);
+  machine (the default), which also trains groups of runs together
+  (:class:`~crl.experiments.executors.grouping.GroupTask`);
 - ``submitit``: :class:`~crl.experiments.executors.submitit.SubmititExecutor`, a Slurm job array
   through submitit, each run a job that is requeued after its time limit and resumes;
 - ``ray``: :class:`~crl.experiments.executors.ray.RayExecutor`, Ray tasks on a local Ray or a
   cluster.
 
+Each engine declares its own settings (:attr:`Executor.Options`, a dataclass of its flags) and
+checks them when it is built; :mod:`crl.experiments.executors.registry` finds an engine by name.
 See docs/distributed.md, "Studies on a Slurm or Ray cluster".
 """
 
@@ -26,25 +29,53 @@ import os
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from crl.errors import CrlError, CrlValueError
-from crl.experiments.study import RunSpec, Study
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
+
+if TYPE_CHECKING:  # the engines' flags are read by the CLI without the studies and the trainer
+    from crl.experiments.study import RunSpec, Study
 
 SPEC_FILE = "spec.json"
 ERROR_FILE = "error.txt"
 LOCK_FILE = ".lock"
-#: The optional extra that installs each engine.
-EXTRAS = {"submitit": ("submitit", "slurm"), "ray": ("ray", "ray")}
+
+
+class Task(Protocol):
+    """What an executor is handed: one run (:class:`RunTask`) or runs that train together
+    (:class:`~crl.experiments.executors.grouping.GroupTask`), pickled to the worker whole."""
+
+    @property
+    def study(self) -> Study:
+        """The study the runs belong to."""
+
+    @property
+    def specs(self) -> tuple[RunSpec, ...]:
+        """The runs."""
+
+    @property
+    def run_dirs(self) -> tuple[Path, ...]:
+        """Their run directories, in the order of :attr:`specs`."""
+
+    @property
+    def threads(self) -> int | None:
+        """Torch threads for the task (None: leave the process's setting)."""
+
+    def with_threads(self, threads: int | None) -> Self:
+        """The same task with ``threads`` torch threads."""
+
+    def run(self) -> list[RunOutcome]:
+        """Execute the task in this process: one outcome per run, in the order of :attr:`specs`
+        (a failed run is an outcome, not an exception)."""
 
 
 @dataclass(frozen=True)
 class RunTask:
-    """One grid point to execute somewhere (pickled to the worker, so the study travels whole).
+    """One grid point to execute somewhere (a :class:`Task`).
 
     Attributes:
         study: The study the run belongs to (its ``execute`` trains the run).
@@ -58,10 +89,28 @@ class RunTask:
     run_dir: Path
     threads: int | None = None
 
+    @property
+    def specs(self) -> tuple[RunSpec, ...]:
+        """The run, alone."""
+        return (self.spec,)
+
+    @property
+    def run_dirs(self) -> tuple[Path, ...]:
+        """Its run directory, alone."""
+        return (self.run_dir,)
+
+    def with_threads(self, threads: int | None) -> Self:
+        """The same run with ``threads`` torch threads."""
+        return replace(self, threads=threads)
+
+    def run(self) -> list[RunOutcome]:
+        """Execute the run (:func:`run_task`)."""
+        return [run_task(self)]
+
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What became of one :class:`RunTask`.
+    """What became of one run of a :class:`Task`.
 
     Attributes:
         run_id: The run.
@@ -128,6 +177,11 @@ def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when it has none)."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def record_failure(run_dir: Path, exc: BaseException) -> str:
     """Write ``exc``'s traceback to ``<run>/error.txt``; return its first line."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -136,7 +190,15 @@ def record_failure(run_dir: Path, exc: BaseException) -> str:
         (run_dir / ERROR_FILE).write_text(text, encoding="utf-8")
     except OSError:
         pass
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return first_line(exc)
+
+
+def lost_outcomes(task: Task, exc: BaseException, error: str) -> list[RunOutcome]:
+    """The outcomes of a task its engine lost (the worker process, job or Ray task died): every
+    run failed with ``error``, and ``exc``'s traceback is in each run's ``error.txt``."""
+    for run_dir in task.run_dirs:
+        record_failure(run_dir, exc)
+    return [RunOutcome(spec.run_id, False, error) for spec in task.specs]
 
 
 def run_task(task: RunTask) -> RunOutcome:
@@ -161,25 +223,12 @@ def run_task(task: RunTask) -> RunOutcome:
     return RunOutcome(task.spec.run_id, ran)
 
 
-def require_extra(kind: str) -> ModuleType:
-    """Import the engine of the executor ``kind``, or say in one line which extra installs it.
-
-    Raises:
-        CrlValueError: when the engine is not installed.
-    """
-    module, extra = EXTRAS[kind]
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise CrlValueError(f"--executor {kind} needs {module}, which is not installed: "
-                            f'pip install "crl[{extra}]"') from None
-
-
-def check_gpus(where: str, gpus_per_run: int, tasks: Sequence[RunTask]) -> None:
+def check_gpus(where: str, gpus_per_run: int, tasks: Sequence[Task]) -> None:
     """GPUs reserved per run are for runs that train on CUDA (``--device cuda``)."""
     if gpus_per_run < 0:
         raise CrlValueError(f"{where} must be >= 0; got {gpus_per_run}")
-    devices = {str(t.spec.config.get("train", {}).get("device", "cpu")) for t in tasks}
+    devices = {str(spec.config.get("train", {}).get("device", "cpu"))
+               for task in tasks for spec in task.specs}
     if gpus_per_run and tasks and not any(d.startswith("cuda") for d in devices):
         raise CrlValueError(f"{where} {gpus_per_run} reserves GPUs for runs that train on CUDA "
                             f"(--device cuda), but these runs train on "
@@ -194,18 +243,77 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@dataclass(frozen=True)
+class Flag:
+    """The help of a flag of ``crl study NAME``, in the annotation of a field of an engine's
+    :attr:`~Executor.Options`: ``ray_address: Annotated[str | None, Flag("...")] = None`` is
+    ``--ray-address``.
+
+    Attributes:
+        help: The flag's help text (plain text).
+        metavar: The flag's value in the help (None: typer's default).
+    """
+
+    help: str
+    metavar: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The settings of an engine beyond ``--workers``: subclasses are frozen dataclasses whose
+    fields are the engine's flags, each annotated ``Annotated[T | None, Flag(...)]`` (``T`` as
+    the flag takes it; ``list[str]`` for a repeatable flag) with the default None (not given)."""
+
+
 class Executor(ABC):
-    """Runs a study's runs somewhere and reports each one as it ends."""
+    """Runs a study's tasks somewhere and reports each run as it ends.
+
+    An engine declares its name (:attr:`kind`, :attr:`summary`), its flags (:attr:`Options`),
+    the package it runs on (:attr:`requires`), and builds itself from them
+    (:meth:`from_options`), checking them.
+    """
 
     #: The executor's name (``--executor KIND``).
     kind: ClassVar[str] = ""
+    #: What it is, in a few words (for ``--executor``'s help).
+    summary: ClassVar[str] = ""
+    #: The engine's flags beyond ``--workers`` (names unique across engines).
+    Options: ClassVar[type[EngineOptions]] = EngineOptions
+    #: The package the engine runs on and the extra of crl that installs it (None: none).
+    requires: ClassVar[tuple[str, str] | None] = None
+
+    @classmethod
+    @abstractmethod
+    def from_options(cls, workers: int | None, options: Any) -> Self:
+        """The executor of ``--workers`` and ``options`` (an instance of :attr:`Options`).
+
+        Raises:
+            CrlValueError: for bad settings (the message names the flag).
+        """
+
+    @classmethod
+    def import_engine(cls) -> ModuleType:
+        """Import the package the engine runs on (:attr:`requires`).
+
+        Raises:
+            CrlValueError: when it is not installed (the message names the extra that installs
+                it).
+        """
+        if cls.requires is None:
+            raise TypeError(f"--executor {cls.kind} runs on no package of its own")
+        module, extra = cls.requires
+        try:
+            return importlib.import_module(module)
+        except ImportError:
+            raise CrlValueError(f"--executor {cls.kind} needs {module}, which is not installed: "
+                                f'pip install "crl[{extra}]"') from None
 
     @abstractmethod
-    def run(self, tasks: Sequence[RunTask], study_dir: Path) -> Iterator[RunOutcome]:
-        """Start every task and yield each one's outcome once it ends (in any order).
+    def run(self, tasks: Sequence[Task], study_dir: Path) -> Iterator[RunOutcome]:
+        """Start every task and yield each run's outcome once it ends (in any order).
 
         Args:
-            tasks: The unfinished runs of the study.
+            tasks: The unfinished runs of the study (single runs and groups).
             study_dir: The study directory (for the engine's own files, e.g. job logs).
 
         Raises:

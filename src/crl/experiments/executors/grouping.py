@@ -1,8 +1,8 @@
 """Grouped runs in a study: the runs of a grid that differ only in their negatives train together
-(:func:`crl.train.grouped.fit_group`), each into its own run directory as if alone.
+(:func:`crl.train.fit_group`), each into its own run directory as if alone.
 
 :func:`plan_tasks` turns a study's unfinished runs into tasks for the local executor: a
-:class:`GroupTask` per set of two or more fresh runs with one :func:`~crl.train.grouped.group_key`
+:class:`GroupTask` per set of two or more fresh runs with one :func:`~crl.train.group_key`
 (for ``crl study negatives``: the runs of one ``(n, seed)``), a :class:`RunTask` for every other
 run. Only studies whose ``execute`` is ``fit`` of the spec's config (``fit_runs = True``) are
 grouped. A group runs its towers batched where that is exact (``fit_group(batched=True)``) and
@@ -20,14 +20,16 @@ import traceback
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Self
 
 from crl.experiments.executors.base import (
     LOCK_FILE,
     SPEC_FILE,
     RunOutcome,
     RunTask,
+    Task,
     is_done,
     lock_run,
     run_task,
@@ -41,7 +43,8 @@ GROUP_ERROR_FILE = "group_error.txt"
 
 @dataclass(frozen=True)
 class GroupTask:
-    """Runs of a study that train together (pickled to the worker, as a :class:`RunTask`).
+    """Runs of a study that train together (a :class:`~crl.experiments.executors.base.Task`,
+    pickled to the worker as a :class:`~crl.experiments.executors.base.RunTask` is).
 
     Attributes:
         study: The study.
@@ -54,6 +57,10 @@ class GroupTask:
     specs: tuple[RunSpec, ...]
     run_dirs: tuple[Path, ...]
     threads: int | None = None
+
+    def with_threads(self, threads: int | None) -> Self:
+        """The same group with ``threads`` torch threads."""
+        return replace(self, threads=threads)
 
     def run(self) -> list[RunOutcome]:
         """Train the group (:func:`run_group`)."""
@@ -75,16 +82,16 @@ def _split(groups: list[list[RunSpec]], others: int, workers: int) -> list[list[
 
 
 def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
-               group_runs: bool = True, workers: int = 1) -> list[RunTask | GroupTask]:
+               group_runs: bool = True, workers: int = 1) -> list[Task]:
     """The tasks of ``specs`` (unfinished runs, one spec per run id): groups of fresh
     compatible runs and single runs (module docstring), groups halved while there are fewer
     tasks than ``workers``; ``group_runs=False``: single runs."""
-    from crl.train.grouped import group_key
+    from crl.train import group_key
 
     if not group_runs or not getattr(study, "fit_runs", False):
         return [RunTask(study, s, study_dir / s.run_id) for s in specs]
     groups: dict[str, list[RunSpec]] = defaultdict(list)
-    tasks: list[RunTask | GroupTask] = []
+    tasks: list[Task] = []
     for spec in specs:
         key = group_key(spec.config) if _fresh(study_dir / spec.run_id) else None
         if key is None:
@@ -102,8 +109,7 @@ def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
 
 def _train_together(task: GroupTask) -> None:
     """Under every run's lock: train the fresh, unfinished runs of the group together."""
-    from crl.train import validate_config
-    from crl.train.grouped import GroupingError, fit_group
+    from crl.train import GroupingError, fit_group, validate_config
 
     with ExitStack() as stack:
         for run_dir in sorted(task.run_dirs):  # one order everywhere: no deadlock

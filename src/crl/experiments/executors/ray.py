@@ -1,11 +1,12 @@
 """``--executor ray``: a study's runs as Ray tasks, on a local Ray or a Ray cluster.
 
-Each run is one task that calls the shared worker (:func:`crl.experiments.executors.run_task`)
-with ``cpus_per_run`` CPUs (its torch threads) and ``gpus_per_run`` GPUs (Ray sets
-``CUDA_VISIBLE_DEVICES`` for the task, so ``--device cuda`` trains on the GPU it was given).
-Without an address, a local Ray is started for the study with ``num_cpus`` CPUs and shut down
-at the end. A task whose worker or node dies is retried by Ray and resumes from the run's last
-checkpoint; the run directories must lie on a file system every node sees (docs/distributed.md).
+Each task of the study (a run) is one Ray task that calls ``task.run()`` (for a run, the shared
+worker :func:`crl.experiments.executors.base.run_task`) with ``cpus_per_run`` CPUs (its torch
+threads) and ``gpus_per_run`` GPUs (Ray sets ``CUDA_VISIBLE_DEVICES`` for the task, so
+``--device cuda`` trains on the GPU it was given). Without an address, a local Ray is started
+for the study with ``num_cpus`` CPUs and shut down at the end. A task whose worker or node dies
+is retried by Ray and resumes from the run's last checkpoint; the run directories must lie on a
+file system every node sees (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -13,28 +14,39 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
 from crl.errors import CrlValueError
 from crl.experiments.executors.base import (
+    EngineOptions,
     Executor,
+    Flag,
     RunOutcome,
-    RunTask,
+    Task,
     check_gpus,
     default_workers,
-    record_failure,
-    require_extra,
-    run_task,
+    lost_outcomes,
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _remote_run(task: RunTask) -> RunOutcome:
+@dataclass(frozen=True)
+class RayOptions(EngineOptions):
+    """The flags of ``--executor ray``."""
+
+    ray_address: Annotated[str | None, Flag(
+        "ray: a running Ray cluster (default: a local Ray started for the study with --workers "
+        "CPUs).")] = None
+    gpus_per_run: Annotated[int | None, Flag(
+        "ray: GPUs reserved by each run (with --device cuda).")] = None
+
+
+def _remote_run(task: Task) -> list[RunOutcome]:
     """The body of a Ray task (a module-level function, so Ray pickles it by reference)."""
-    return run_task(task)
+    return task.run()
 
 
 class RayExecutor(Executor):
@@ -53,6 +65,9 @@ class RayExecutor(Executor):
     """
 
     kind = "ray"
+    summary = "Ray tasks"
+    Options = RayOptions
+    requires = ("ray", "ray")
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None,
                  cpus_per_run: int = 1, gpus_per_run: int = 0) -> None:
@@ -71,6 +86,11 @@ class RayExecutor(Executor):
         self.cpus_per_run = cpus_per_run
         self.gpus_per_run = gpus_per_run
 
+    @classmethod
+    def from_options(cls, workers: int | None, options: RayOptions) -> Self:
+        """``--executor ray`` with ``--workers`` (the CPUs of a local Ray) and its flags."""
+        return cls(options.ray_address, num_cpus=workers, gpus_per_run=options.gpus_per_run or 0)
+
     def _start(self, ray: Any) -> bool:
         """Connect to Ray (or start a local one); True when this call started it."""
         if ray.is_initialized():  # a Ray the caller started: use it, leave it running
@@ -87,22 +107,22 @@ class RayExecutor(Executor):
                      **options)
         return True
 
-    def run(self, tasks: Sequence[RunTask], study_dir: Path) -> Iterator[RunOutcome]:
+    def run(self, tasks: Sequence[Task], study_dir: Path) -> Iterator[RunOutcome]:
         check_gpus("--gpus-per-run", self.gpus_per_run, tasks)
         if not tasks:
             return
-        ray = require_extra("ray")
+        ray = self.import_engine()
         started = self._start(ray)
         try:
             remote = ray.remote(_remote_run).options(num_cpus=self.cpus_per_run,
                                                      num_gpus=self.gpus_per_run)
-            refs = {remote.remote(replace(t, threads=self.cpus_per_run)): t for t in tasks}
+            refs = {remote.remote(t.with_threads(self.cpus_per_run)): t for t in tasks}
             pending = list(refs)
             try:
                 while pending:
                     done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
                     for ref in done:
-                        yield _task_outcome(ray, ref, refs[ref])
+                        yield from _task_outcomes(ray, ref, refs[ref])
             except BaseException:  # Ctrl-C, or the caller stopped listening
                 for ref in pending:
                     with contextlib.suppress(Exception):
@@ -113,14 +133,13 @@ class RayExecutor(Executor):
                 ray.shutdown()
 
 
-def _task_outcome(ray: Any, ref: Any, task: RunTask) -> RunOutcome:
+def _task_outcomes(ray: Any, ref: Any, task: Task) -> list[RunOutcome]:
     try:
-        outcome: RunOutcome = ray.get(ref)
+        outcomes: list[RunOutcome] = ray.get(ref)
     except Exception as exc:  # the task itself failed: worker killed, out of retries
-        record_failure(task.run_dir, exc)
         # A task error wraps its cause in a coloured header line: report the cause.
         cause = getattr(exc, "cause", None) or exc
         lines = [ln for ln in _ANSI.sub("", str(cause)).splitlines() if ln.strip()]
-        return RunOutcome(task.spec.run_id, False,
-                          "ray task: " + (lines[0].strip() if lines else type(cause).__name__))
-    return outcome
+        return lost_outcomes(task, exc, "ray task: " + (lines[0].strip() if lines
+                                                         else type(cause).__name__))
+    return outcomes

@@ -1,7 +1,8 @@
 """``--executor submitit``: a study's runs as the jobs of a Slurm job array, through submitit.
 
-Each run is one job (one task on one node, :class:`crl._submitit_job.SubmititRun`) that calls
-the shared worker (:func:`crl.experiments.executors.run_task`). A job that reaches its time
+Each task of the study (a run) is one job (one task on one node,
+:class:`crl._submitit_job.SubmititRun`) that calls ``task.run()`` (for a run, the shared worker
+:func:`crl.experiments.executors.base.run_task`). A job that reaches its time
 limit gets submitit's signal (``USR2``, ``signal_delay_s`` = 90 s before the limit): submitit
 then calls the job's ``checkpoint`` (the :class:`submitit.helpers.Checkpointable` protocol),
 which resubmits the same run, requeues the job and ends it. The run's state is already on disk:
@@ -19,23 +20,26 @@ import re
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
-import cloudpickle
-import submitit
+import yaml
 
-from crl._submitit_job import SubmititRun
-from crl._yaml import load_yaml
 from crl.errors import CrlValueError
 from crl.experiments.executors.base import (
+    EngineOptions,
     Executor,
+    Flag,
     RunOutcome,
-    RunTask,
+    Task,
     check_gpus,
-    record_failure,
+    first_line,
+    lost_outcomes,
 )
+
+if TYPE_CHECKING:  # submitit is imported when an executor is made (the extra may be missing)
+    import submitit
 
 CLUSTERS = ("slurm", "local")
 #: What submitit's local executor takes (it runs the jobs as processes of this machine).
@@ -92,17 +96,38 @@ def load_parameters(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise CrlValueError(f"--slurm-parameters: cannot read {path}: "
                             f"{exc.strerror or exc}") from None
-    data = load_yaml(text, f"--slurm-parameters: {path}")  # limits on aliases and depth
+    except yaml.YAMLError as exc:
+        raise CrlValueError(f"--slurm-parameters: {path} is not valid YAML "
+                            f"({str(exc).splitlines()[0]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise CrlValueError(f"--slurm-parameters: {path} must hold a mapping of submitit "
                             f"parameters (name: value); got {type(data).__name__}")
     return data
+
+
+@dataclass(frozen=True)
+class SubmititOptions(EngineOptions):
+    """The flags of ``--executor submitit``."""
+
+    slurm_partition: Annotated[str | None, Flag(
+        "submitit: the Slurm partition of the jobs.")] = None
+    slurm_time: Annotated[str | None, Flag(
+        "submitit: each job's time limit, minutes or [days-]hh:mm:ss (default 4:00:00); a run "
+        "that reaches it is requeued and resumes.")] = None
+    slurm_gpus_per_run: Annotated[int | None, Flag(
+        "submitit: GPUs of each job (with --device cuda).")] = None
+    slurm_setup: Annotated[list[str] | None, Flag(
+        "submitit: a shell line run before each job, e.g. 'source .venv/bin/activate' "
+        "(repeatable).", metavar="LINE")] = None
+    slurm_parameters: Annotated[Path | None, Flag(
+        "submitit: a YAML file of more submitit parameters (account, qos, mem, constraint, "
+        "...).", metavar="YAML")] = None
 
 
 class SubmititExecutor(Executor):
@@ -129,6 +154,9 @@ class SubmititExecutor(Executor):
     """
 
     kind = "submitit"
+    summary = "a Slurm job array"
+    Options = SubmititOptions
+    requires = ("submitit", "slurm")
 
     def __init__(self, *, partition: str | None = None, time_limit: str | int | None = None,
                  gpus_per_run: int = 0, cpus_per_run: int | None = None,
@@ -136,6 +164,7 @@ class SubmititExecutor(Executor):
                  parameters: Mapping[str, Any] | str | Path | None = None,
                  array_parallelism: int | None = None, cluster: str | None = None,
                  poll_s: float = 2.0) -> None:
+        self._submitit = self.import_engine()
         given = (dict(load_parameters(parameters)) if isinstance(parameters, (str, Path))
                  else dict(parameters or {}))
         cluster = str(given.pop("cluster", "slurm") if cluster is None else cluster)
@@ -159,12 +188,20 @@ class SubmititExecutor(Executor):
                                            gpus_per_run=gpus_per_run, setup=list(setup),
                                            array_parallelism=array_parallelism)
 
+    @classmethod
+    def from_options(cls, workers: int | None, options: SubmititOptions) -> Self:
+        """``--executor submitit`` with ``--workers`` (jobs at once) and its flags."""
+        return cls(partition=options.slurm_partition, time_limit=options.slurm_time,
+                   gpus_per_run=options.slurm_gpus_per_run or 0,
+                   setup=options.slurm_setup or (), parameters=options.slurm_parameters,
+                   array_parallelism=workers)
+
     def _parameters(self, given: dict[str, Any], *, partition: str | None,
                     time_limit: str | int | None, gpus_per_run: int, setup: list[str],
                     array_parallelism: int | None) -> dict[str, Any]:
         """submitit's parameters for the cluster: the given ones, then the flags over them."""
         if self.cluster == "slurm":
-            valid = set(submitit.SlurmExecutor._valid_parameters())
+            valid = set(self._submitit.SlurmExecutor._valid_parameters())
             flags: dict[str, Any] = {"nodes": 1, "ntasks_per_node": 1,
                                      "cpus_per_task": self.cpus_per_run}
             time_key = "time"
@@ -192,30 +229,33 @@ class SubmititExecutor(Executor):
             flags["setup"] = list(given.get("setup", [])) + setup
         return {time_key: DEFAULT_TIME_MIN, **given, **flags}
 
-    def run(self, tasks: Sequence[RunTask], study_dir: Path) -> Iterator[RunOutcome]:
+    def run(self, tasks: Sequence[Task], study_dir: Path) -> Iterator[RunOutcome]:
+        import cloudpickle  # submitit's own dependency
+
+        from crl._submitit_job import SubmititRun
+
         check_gpus("--slurm-gpus-per-run", self.gpus_per_run, tasks)
         if not tasks:
             return
         folder = study_dir / "submitit" / "%j"
         executor: submitit.Executor
         if self.cluster == "slurm":
-            executor = submitit.SlurmExecutor(folder, max_num_timeout=self.max_num_timeout)
+            executor = self._submitit.SlurmExecutor(folder, max_num_timeout=self.max_num_timeout)
             parameters = {"job_name": f"crl-{tasks[0].study.name}", **self.parameters}
         else:
-            executor = submitit.LocalExecutor(folder, max_num_timeout=self.max_num_timeout)
+            executor = self._submitit.LocalExecutor(folder, max_num_timeout=self.max_num_timeout)
             parameters = dict(self.parameters)
         try:
             executor.update_parameters(**parameters)
         except (ValueError, TypeError, NameError) as exc:
             raise CrlValueError(f"submitit parameters: {str(exc).splitlines()[0]}") from None
         jobs = executor.submit_array([
-            SubmititRun(cloudpickle.dumps(replace(t, threads=self.cpus_per_run)))
-            for t in tasks])
-        pending: dict[submitit.Job[RunOutcome], RunTask] = dict(zip(jobs, tasks, strict=True))
+            SubmititRun(cloudpickle.dumps(t.with_threads(self.cpus_per_run))) for t in tasks])
+        pending: dict[submitit.Job[list[RunOutcome]], Task] = dict(zip(jobs, tasks, strict=True))
         try:
             while pending:
                 for job in [j for j in pending if j.done()]:
-                    yield _job_outcome(job, pending.pop(job))
+                    yield from _job_outcomes(job, pending.pop(job))
                 if pending:
                     time.sleep(self.poll_s)
         except BaseException:  # Ctrl-C, or the caller stopped listening: cancel what is left
@@ -224,9 +264,8 @@ class SubmititExecutor(Executor):
             raise
 
 
-def _job_outcome(job: submitit.Job[RunOutcome], task: RunTask) -> RunOutcome:
+def _job_outcomes(job: submitit.Job[list[RunOutcome]], task: Task) -> list[RunOutcome]:
     try:
         return job.result()
     except Exception as exc:  # the job itself failed: killed, out of memory, out of requeues
-        return RunOutcome(task.spec.run_id, False,
-                          f"submitit job {job.job_id}: " + record_failure(task.run_dir, exc))
+        return lost_outcomes(task, exc, f"submitit job {job.job_id}: {first_line(exc)}")
