@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Self
 
-import yaml
-
+from crl._yaml import load_yaml
 from crl.errors import CrlValueError
 from crl.experiments.executors.base import (
     EngineOptions,
@@ -96,13 +95,11 @@ def load_parameters(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CrlValueError(f"--slurm-parameters: cannot read {path}: "
                             f"{exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CrlValueError(f"--slurm-parameters: {path} is not valid YAML "
-                            f"({str(exc).splitlines()[0]})") from None
+    data = load_yaml(text, f"--slurm-parameters: {path}")  # limits on aliases and depth
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
