@@ -1,11 +1,22 @@
-"""``--executor local``: a study's tasks in a process pool on this machine (the default)."""
+"""``--executor local``: a study's tasks in a process pool on this machine (the default).
+
+An interrupt stops the work: SIGINT (Ctrl-C) or SIGTERM to the main process, even to it alone,
+cancels the tasks not yet started and ends the running workers at once, then propagates as
+``KeyboardInterrupt`` (``crl study`` exits with code 130). A run stopped mid-way keeps its last
+checkpoint (every file is written atomically, and its lock dies with its worker), so a re-run
+resumes it and ends as an uninterrupted study would.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Self
 
 from crl.errors import CrlValueError
@@ -45,25 +56,54 @@ class LocalExecutor(Executor):
         return cls(workers)
 
     def run(self, tasks: Sequence[Task], study_dir: Path) -> Iterator[RunOutcome]:
-        if self.workers == 1 or len(tasks) <= 1:
-            for task in tasks:
-                yield from task.run()
-            return
-        threads = max(1, default_workers() // self.workers)
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
-            futures: dict[Future[list[RunOutcome]], Task] = {
-                pool.submit(_run, task.with_threads(threads)): task for task in tasks}
-            remaining = set(futures)
-            try:
-                while remaining:
-                    done, remaining = wait(remaining, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        yield from _outcomes(future, futures[future])
-            except BaseException:  # Ctrl-C, or the caller stopped listening
-                for future in remaining:
-                    future.cancel()
-                raise
+        with _sigterm_interrupts():
+            if self.workers == 1 or len(tasks) <= 1:
+                for task in tasks:
+                    yield from task.run()
+                return
+            threads = max(1, default_workers() // self.workers)
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+                futures: dict[Future[list[RunOutcome]], Task] = {
+                    pool.submit(_run, task.with_threads(threads)): task for task in tasks}
+                remaining = set(futures)
+                try:
+                    while remaining:
+                        done, remaining = wait(remaining, timeout=1.0,
+                                               return_when=FIRST_COMPLETED)
+                        for future in done:
+                            yield from _outcomes(future, futures[future])
+                except BaseException:  # Ctrl-C, SIGTERM, or the caller stopped listening
+                    _stop(pool)
+                    raise
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM interrupts like Ctrl-C while the tasks run (in the main thread, where Python
+    handles signals), instead of ending this process and leaving its workers running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the tasks not yet started and end the running workers now (a worker gets no
+    signal of its own when only this process was interrupted, and would finish its task, then
+    the queued ones, before the pool's shutdown returned)."""
+    workers = list((pool._processes or {}).values())  # terminate_workers() from Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)  # forgets the processes
+    for process in workers:
+        process.terminate()
 
 
 def _run(task: Task) -> list[RunOutcome]:
