@@ -5,15 +5,9 @@ Everything here is a function of embeddings (tensors) and labels; nothing trains
 
 from crl.eval.geometry import alignment, uniformity
 from crl.eval.probes import ProbeResult, accuracy_scores, knn_probe, linear_probe, zero_shot
-from crl.eval.retrieval import (
-    DEFAULT_KS,
-    auc_criterion,
-    average_precision,
-    mean_average_precision,
-    retrieval_metrics,
-    retrieval_ranks,
-)
+from crl.eval.retrieval import DEFAULT_KS, retrieval_metrics, retrieval_ranks
 from crl.eval.risk import heldout_contrastive_risk
+from crl.eval.scores import auc_criterion, average_precision, mean_average_precision
 
 __all__ = [
     "DEFAULT_KS",
