@@ -11,8 +11,9 @@ from crl.experiments.executors.registry import build_executor
 from crl.experiments.registry import get_study, study_class
 from crl.experiments.report import build_report
 from crl.experiments.results import collect_results
-from crl.experiments.runner import STUDY_FILE, StudyOutcome, prepare_study_dir, run_study
+from crl.experiments.runner import STUDY_FILE, StudyOutcome, open_study_dir, run_study
 from crl.experiments.study import Analysis, Study, check_options, read_study_file
+from crl.rundir import OutputDir, lock_directory
 
 
 def _merge(first: StudyOutcome, later: StudyOutcome) -> StudyOutcome:
@@ -25,7 +26,7 @@ def _merge(first: StudyOutcome, later: StudyOutcome) -> StudyOutcome:
 def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs",
                    workers: int | None = None, progress: bool = True,
                    executor: str | Executor | None = None, group_runs: bool = True,
-                   **options: Any) -> tuple[StudyOutcome, Analysis]:
+                   force: bool = False, **options: Any) -> tuple[StudyOutcome, Analysis]:
     """Run the study ``name`` (skipping finished runs, resuming interrupted ones), then its
     refinement stages, and write ``results.csv``, ``analysis.json``, ``plots/`` and
     ``report.html``.
@@ -35,27 +36,31 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     :class:`~crl.experiments.executors.Executor` with its settings (docs/distributed.md).
     ``group_runs`` trains the runs that differ only in their negatives together on the local
     executor (:mod:`crl.experiments.executors.grouping`; ``--no-group``: one at a time).
+    The study directory is locked for the whole call, and one that records other options is
+    refused unless ``force`` (:func:`~crl.experiments.runner.open_study_dir`).
 
     Raises:
         CrlValueError: when some runs failed (how many, and the first failure's one-line
             error; the report is still written from the others when there are any).
+        CrlError: when another process writes the study directory, or it holds a symbolic
+            link.
     """
     if not isinstance(executor, Executor):
         executor = build_executor(executor or "local", workers=workers)
     study = get_study(name, preset=preset, **options)
-    study_dir = prepare_study_dir(study, Path(out))  # one clear error if it cannot be written
-    study.check(study_dir)
-    outcome = run_study(study, out, progress=progress, executor=executor,
-                        group_runs=group_runs)
-    while not outcome.failed:
-        rows = collect_results(study.runs(), outcome.study_dir, study.result_keys()).rows
-        if not study.refine(rows, outcome.study_dir):
-            break
-        outcome = _merge(outcome, run_study(study, out, progress=progress, executor=executor,
-                                            group_runs=group_runs))
-    if outcome.failed and outcome.completed + outcome.skipped == 0:
-        raise CrlValueError(_failures(name, outcome, "all"))
-    analysis = build_report(study, outcome.study_dir)
+    with open_study_dir(study, out, force=force) as study_dir:
+        study.check(study_dir)
+        outcome = run_study(study, out, progress=progress, executor=executor,
+                            group_runs=group_runs)
+        while not outcome.failed:
+            rows = collect_results(study.runs(), outcome.study_dir, study.result_keys()).rows
+            if not study.refine(rows, outcome.study_dir):
+                break
+            outcome = _merge(outcome, run_study(study, out, progress=progress,
+                                                executor=executor, group_runs=group_runs))
+        if outcome.failed and outcome.completed + outcome.skipped == 0:
+            raise CrlValueError(_failures(name, outcome, "all"))
+        analysis = build_report(study, outcome.study_dir)
     if outcome.failed:
         raise CrlValueError(_failures(name, outcome, "some") + "; the report covers the others")
     return outcome, analysis
@@ -95,5 +100,13 @@ def load_study(study_dir: str | Path) -> Study:
 
 def rebuild_report(study_dir: str | Path) -> Analysis:
     """Rebuild the report of the study in ``study_dir`` from its files alone
-    (``study_dir/report.html``); returns its analysis."""
-    return build_report(load_study(study_dir), Path(study_dir))
+    (``study_dir/report.html``); returns its analysis.
+
+    Raises:
+        CrlError: when another process writes the study directory (a study running there), or
+            it holds a symbolic link.
+    """
+    study = load_study(study_dir)
+    with lock_directory(study_dir, blocking=False):
+        OutputDir(study_dir).refuse_links(depth=2)
+        return build_report(study, Path(study_dir))

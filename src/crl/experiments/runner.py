@@ -4,16 +4,21 @@ The state of a study is its directory only. A run whose ``summary.json`` exists 
 never redone; a run with a checkpoint resumes from it; a run being executed holds an exclusive
 ``flock`` on ``<run>/.lock``, so a re-run of a study whose earlier attempt is still alive (an
 orphaned worker after ``kill -9`` of the parent, a job still running on the cluster) waits for
-that run instead of doing it twice. Where the runs execute (a local process pool, a Slurm job
-array through submitit, Ray tasks) is an :class:`~crl.experiments.executors.Executor`; the
-worker that runs one grid point is the same under all of them
-(:func:`~crl.experiments.executors.run_task`).
+that run instead of doing it twice. The study directory itself has one writer: the process that
+runs the study holds its lock (:func:`open_study_dir`), refuses a directory that records another
+study's options, and writes nothing through a symbolic link. Where the runs execute (a local
+process pool, a Slurm job array through submitit, Ray tasks) is an
+:class:`~crl.experiments.executors.Executor`; the worker that runs one grid point is the same
+under all of them (:func:`~crl.experiments.executors.run_task`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.progress import (
     BarColumn,
@@ -25,7 +30,7 @@ from rich.progress import (
 )
 
 from crl.data.cache import prepare_data_caches
-from crl.errors import CrlValueError
+from crl.errors import CrlError, CrlValueError
 from crl.experiments.executors.base import (
     ERROR_FILE,
     SPEC_FILE,
@@ -39,12 +44,12 @@ from crl.experiments.executors.base import (
 from crl.experiments.executors.grouping import plan_tasks
 from crl.experiments.executors.local import LocalExecutor
 from crl.experiments.study import Study
-from crl.rundir import write_json
+from crl.rundir import OutputDir, as_written, lock_directory, read_json
 
 STUDY_FILE = "study.json"
 
 __all__ = ["ERROR_FILE", "SPEC_FILE", "STUDY_FILE", "StudyOutcome", "default_workers",
-           "execute_run", "prepare_study_dir", "run_study"]
+           "execute_run", "open_study_dir", "run_study"]
 
 
 @dataclass
@@ -58,27 +63,73 @@ class StudyOutcome:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
 
-def prepare_study_dir(study: Study, out_dir: Path) -> Path:
-    """Create ``out_dir/<study>`` (with a clear error when it cannot be written) and record
-    the study's name, preset and options in ``study.json``."""
-    study_dir = Path(out_dir) / study.name
+def _writable(study_dir: OutputDir) -> None:
+    """Create the study directory, or say in one line why it cannot be written."""
     try:
-        study_dir.mkdir(parents=True, exist_ok=True)
-        probe = study_dir / ".write-test"
+        study_dir.mkdir()
+        probe = study_dir.file(".write-test")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
         raise CrlValueError(
-            f"cannot write the study directory {study_dir}: {exc.strerror or exc}; "
+            f"cannot write the study directory {study_dir.path}: {exc.strerror or exc}; "
             "choose another one with --out DIR"
         ) from None
-    write_json(study_dir / STUDY_FILE, study.describe())
-    return study_dir
+
+
+def _other_study(path: Path, described: dict[str, Any]) -> str | None:
+    """What differs between the study ``study.json`` at ``path`` records and ``described``
+    (None: nothing, or no file)."""
+    if not path.exists():
+        return None
+    try:
+        recorded = read_json(path)
+    except CrlError as exc:
+        return f"its {path.name} cannot be read ({exc})"
+    wanted = as_written(described)
+    fields = {"study": (recorded.get("study"), wanted["study"]),
+              "preset": (recorded.get("preset"), wanted["preset"])}
+    there, here = recorded.get("options", {}), wanted["options"]
+    if isinstance(there, dict):
+        fields |= {k: (there.get(k), here.get(k)) for k in sorted(set(there) | set(here))}
+    else:
+        fields["options"] = (there, here)
+    differ = [f"{k} {a!r} there, {b!r} now" for k, (a, b) in fields.items() if a != b]
+    return ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+
+
+@contextmanager
+def open_study_dir(study: Study, out_dir: str | Path, *,
+                   force: bool = False) -> Iterator[Path]:
+    """``out_dir/<study>`` for the block, with this process as its one writer: created (one
+    clear error when it cannot be written), locked (a second ``crl study`` into it fails at
+    once, naming this process), checked (no symbolic link in it or in its run directories: crl
+    never writes through one; no ``study.json`` of other options unless ``force``), and the
+    study's name, preset and options recorded in ``study.json``. Re-entrant in this thread.
+
+    Raises:
+        CrlError: when another process holds the lock, or the directory holds a link.
+        CrlValueError: when it cannot be written, or records another study and not ``force``.
+    """
+    files = OutputDir(Path(out_dir) / study.name)
+    files.file()  # the study directory itself is not a link (before anything is written)
+    _writable(files)
+    with lock_directory(files.path, blocking=False):
+        files.refuse_links(depth=2)
+        described = study.describe()
+        other = _other_study(files.file(STUDY_FILE), described)
+        if other and not force:
+            raise CrlValueError(
+                f"{files.path} holds a study with other options ({other}); re-run it with its "
+                "own options, choose another --out, or pass --force to record these options "
+                "there (finished runs of equal configs are kept and reused)")
+        files.write_json(STUDY_FILE, described)
+        yield files.path
 
 
 def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
               progress: bool = True, executor: Executor | None = None,
-              group_runs: bool = True) -> StudyOutcome:
+              group_runs: bool = True, force: bool = False) -> StudyOutcome:
     """Run every unfinished run of ``study`` into ``out_dir/<study.name>/<run_id>/``.
 
     Args:
@@ -92,13 +143,24 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
         group_runs: On the local executor, train the runs that differ only in their negatives
             together (:mod:`crl.experiments.executors.grouping`; the same run directories);
             False: one run at a time.
+        force: Run even when the study directory records other options (see
+            :func:`open_study_dir`).
 
     Returns:
         A :class:`StudyOutcome`; failed runs are listed there (their traceback is in
         ``<run>/error.txt``) and do not stop the others.
+
+    Raises:
+        CrlError: as :func:`open_study_dir`.
     """
     executor = LocalExecutor(workers) if executor is None else executor
-    study_dir = prepare_study_dir(study, Path(out_dir))
+    with open_study_dir(study, out_dir, force=force) as study_dir:
+        return _run_grid(study, study_dir, executor=executor, progress=progress,
+                         group_runs=group_runs)
+
+
+def _run_grid(study: Study, study_dir: Path, *, executor: Executor, progress: bool,
+              group_runs: bool) -> StudyOutcome:
     # Specs may share a run (equal configs, different tags): each run id is executed once.
     unique = list({s.run_id: s for s in study.runs()}.values())
     pending = [s for s in unique if not is_done(study_dir / s.run_id)]

@@ -173,6 +173,18 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def as_written(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as :func:`read_json` reads it back after :func:`write_json` (tuples as lists,
+    NaN as None), to compare a value with a file.
+
+    Example:
+        >>> as_written({"ns": (1, 2), "tolerance": float("nan")})
+        {'ns': [1, 2], 'tolerance': None}
+    """
+    result: dict[str, Any] = json.loads(json.dumps(_clean(data), sort_keys=True))
+    return result
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write ``data`` as indented JSON, atomically."""
     text = json.dumps(_clean(data), indent=2, sort_keys=True) + "\n"
@@ -241,6 +253,7 @@ __all__ = [
     "NOFOLLOW",
     "SUMMARY_FILE",
     "append_jsonl",
+    "as_written",
     "atomic_directory",
     "atomic_write",
     "fsync_directory",

@@ -22,6 +22,21 @@ _HELD: dict[tuple[str, int, int], int] = {}
 _HELD_GUARD = threading.Lock()
 
 
+def _forget_held_in_child() -> None:
+    # A forked child (a study's worker) gets copies of the lock files' descriptors, which would
+    # keep the parent's locks alive after the parent dies: it closes them (the parent's own
+    # descriptors, and so its locks, are untouched) and holds no lock of its own.
+    for fd in _HELD.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_in_child)
+
+
 @contextmanager
 def lock_directory(folder: str | Path, *, blocking: bool) -> Iterator[None]:
     """Hold the write lock of ``folder`` for the block: one writer per run or study directory.

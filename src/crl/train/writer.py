@@ -5,14 +5,17 @@
 torchrun job each of its methods does nothing (as ``accelerate``'s ``on_main_process``), so the
 training loop calls them unconditionally and holds no rank-0 branches of its own.
 
-Every file goes through :class:`crl.rundir.OutputDir`: nothing is written through a symbolic
-link or outside the run directory.
+On rank 0, ``with RunWriter(...)`` holds the directory's write lock
+(:func:`crl.rundir.lock_directory`, without waiting: a second writer fails at once, naming the
+holder's pid), and every file goes through :class:`crl.rundir.OutputDir`: nothing is written
+through a symbolic link or outside the run directory.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -24,6 +27,7 @@ from crl.rundir import (
     METRICS_FILE,
     SUMMARY_FILE,
     OutputDir,
+    lock_directory,
     read_jsonl,
     remove_temporaries,
 )
@@ -71,6 +75,7 @@ class RunWriter:
         self._tensorboard = tensorboard
         self._events: TensorBoardWriter | None = None
         self._files = OutputDir(self.run_dir)
+        self._held = ExitStack()  # the directory's lock, while entered on rank 0
 
     @on_main
     def start(self, config_record: dict[str, Any], *, resumed_at: int | None) -> None:
@@ -132,11 +137,22 @@ class RunWriter:
             self._events = None
 
     def __enter__(self) -> RunWriter:
+        """Take the run directory's write lock (rank 0).
+
+        Raises:
+            CrlError: if another process holds it (naming its pid) or the directory is a
+                symbolic link.
+        """
+        if self.main:
+            self._held.enter_context(lock_directory(self.run_dir, blocking=False))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self.close()
+        try:
+            self.close()
+        finally:
+            self._held.close()
 
 
 __all__ = ["RunWriter", "on_main"]

@@ -22,27 +22,32 @@ See docs/distributed.md, "Studies on a Slurm or Ray cluster".
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import importlib
 import os
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from crl.errors import CrlError, CrlValueError
-from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, write_json
+from crl.rundir import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    OutputDir,
+    lock_directory,
+    write_json,
+)
 
 if TYPE_CHECKING:  # the engines' flags are read by the CLI without the studies and the trainer
     from crl.experiments.study import RunSpec, Study
 
 SPEC_FILE = "spec.json"
 ERROR_FILE = "error.txt"
-LOCK_FILE = ".lock"
 
 
 class Task(Protocol):
@@ -130,51 +135,37 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / SUMMARY_FILE).exists()
 
 
-def lock_run(handle: IO[bytes], run_dir: Path) -> None:
-    """Hold an exclusive lock on the run's open lock file (``<run>/.lock``) until it is unlocked
-    or closed, waiting while another live attempt (an orphaned worker, a job still running on
-    the cluster) holds it.
-
-    Args:
-        handle: ``<run>/.lock``, opened for writing.
-        run_dir: The run directory (named in the error).
+def lock_run(run_dir: Path) -> AbstractContextManager[None]:
+    """Hold the run's write lock (``<run>/.lock``, :func:`crl.rundir.lock_directory`) for the
+    block, waiting while another live attempt (an orphaned worker, a job still running on the
+    cluster) holds it. ``fit``'s writer takes the same lock again in this thread (it is
+    re-entrant), so a run is never written by two processes.
 
     Raises:
-        CrlError: when the file system has no working ``flock`` (the message says which).
+        CrlError: when the run directory is a symbolic link, or its file system has no working
+            ``flock`` (the message says which).
     """
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # waits for another live attempt at this run
-    except OSError as exc:
-        if exc.errno in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
-            raise CrlError(
-                f"cannot lock {run_dir / LOCK_FILE}: {exc.strerror}; the study directory must "
-                "lie on a file system with working flock locks (NFS with its lock service, "
-                "Lustre mounted with -o flock; see docs/distributed.md)") from None
-        raise
+    return lock_directory(run_dir, blocking=True)
 
 
 def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
     """Run one grid point under its lock; returns False when it was already done."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOCK_FILE, "a+b") as lock:
-        lock_run(lock, run_dir)
-        try:
-            if is_done(run_dir):
-                return False
-            if not (run_dir / SPEC_FILE).exists():
-                write_json(run_dir / SPEC_FILE, {"config": spec.config, "tags": spec.tags,
-                                                 "label": spec.label})
-            # An attempt killed before its first checkpoint leaves metrics.jsonl: resuming
-            # then starts the run over (fit refuses a non-empty directory without resume).
-            resume = (run_dir / CHECKPOINT_FILE).exists() or (run_dir / METRICS_FILE).exists()
-            study.execute(spec, run_dir, resume=resume)
-            if not is_done(run_dir):
-                raise RuntimeError(f"study {study.name}: run {spec.run_id} ended without "
-                                   f"writing {SUMMARY_FILE}")
-            (run_dir / ERROR_FILE).unlink(missing_ok=True)
-            return True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with lock_run(run_dir):
+        if is_done(run_dir):
+            return False
+        if not (run_dir / SPEC_FILE).exists():
+            write_json(run_dir / SPEC_FILE, {"config": spec.config, "tags": spec.tags,
+                                             "label": spec.label})
+        # An attempt killed before its first checkpoint leaves metrics.jsonl: resuming
+        # then starts the run over (fit refuses a non-empty directory without resume).
+        resume = (run_dir / CHECKPOINT_FILE).exists() or (run_dir / METRICS_FILE).exists()
+        study.execute(spec, run_dir, resume=resume)
+        if not is_done(run_dir):
+            raise RuntimeError(f"study {study.name}: run {spec.run_id} ended without "
+                               f"writing {SUMMARY_FILE}")
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)
+        return True
 
 
 def first_line(exc: BaseException) -> str:
@@ -185,10 +176,9 @@ def first_line(exc: BaseException) -> str:
 def record_failure(run_dir: Path, exc: BaseException) -> str:
     """Write ``exc``'s traceback to ``<run>/error.txt``; return its first line."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / ERROR_FILE).write_text(text, encoding="utf-8")
-    except OSError:
+    try:  # never through a symbolic link (the failure may be that the run directory is one)
+        OutputDir(run_dir).write_text(ERROR_FILE, text)
+    except (OSError, CrlError):
         pass
     return first_line(exc)
 

@@ -15,7 +15,6 @@ study's results never depend on the grouping.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import traceback
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,7 +24,6 @@ from pathlib import Path
 from typing import Self
 
 from crl.experiments.executors.base import (
-    LOCK_FILE,
     SPEC_FILE,
     RunOutcome,
     RunTask,
@@ -114,9 +112,7 @@ def _train_together(task: GroupTask) -> None:
     with ExitStack() as stack:
         for run_dir in sorted(task.run_dirs):  # one order everywhere: no deadlock
             run_dir.mkdir(parents=True, exist_ok=True)
-            handle = stack.enter_context(open(run_dir / LOCK_FILE, "a+b"))
-            lock_run(handle, run_dir)
-            stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+            stack.enter_context(lock_run(run_dir))
         todo = [(s, d) for s, d in zip(task.specs, task.run_dirs, strict=True)
                 if not is_done(d) and _fresh(d)]
         if len(todo) < 2:
