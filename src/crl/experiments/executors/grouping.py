@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Self
 
+from crl.errors import CrlError
 from crl.experiments.executors.base import (
     SPEC_FILE,
     RunOutcome,
@@ -33,7 +34,7 @@ from crl.experiments.executors.base import (
     run_task,
 )
 from crl.experiments.study import RunSpec, Study
-from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, write_json
+from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, OutputDir, write_json
 
 #: Why a group fell back to one run at a time (in each of its run directories).
 GROUP_ERROR_FILE = "group_error.txt"
@@ -148,9 +149,9 @@ def run_group(task: GroupTask) -> list[RunOutcome]:
         trained = {d for d in task.run_dirs if is_done(d)} - before
     except Exception as exc:  # the runs are retried one at a time below
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        for run_dir in task.run_dirs:
-            with contextlib.suppress(OSError):
-                (run_dir / GROUP_ERROR_FILE).write_text(text, encoding="utf-8")
+        for run_dir in task.run_dirs:  # never through a symbolic link
+            with contextlib.suppress(OSError, CrlError):
+                OutputDir(run_dir).write_text(GROUP_ERROR_FILE, text)
     finally:
         torch.set_num_threads(threads)
     return [RunOutcome(spec.run_id, True) if run_dir in trained
