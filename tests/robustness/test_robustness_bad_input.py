@@ -797,6 +797,13 @@ def test_docs_table_lists_exactly_these_cases() -> None:
     assert ids == [c.id for c in CASES] and len(ids) == len(set(ids)) >= 30
 
 
+def test_docs_and_readme_quote_the_number_of_cases() -> None:
+    count = f"{len(CASES)} cases"
+    assert count in DOC.read_text(encoding="utf-8"), f"docs/errors.md must say {count!r}"
+    readme = DOC.parents[1] / "README.md"
+    assert count in readme.read_text(encoding="utf-8"), f"README.md must say {count!r}"
+
+
 if __name__ == "__main__":
     sys.stdout.write(markdown_table())
 

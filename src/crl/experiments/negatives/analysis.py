@@ -1,5 +1,5 @@
-"""The analysis of ``crl study negatives``: statistics (:mod:`.negatives_stats`), figures
-(:mod:`.negatives_figures`) and words (:mod:`.negatives_text`) put together into the report's
+"""The analysis of ``crl study negatives``: statistics (:mod:`.stats`), figures
+(:mod:`.figures`) and words (:mod:`.text`) put together into the report's
 sections and ``analysis.json`` (docs/negatives.md)."""
 
 from __future__ import annotations
