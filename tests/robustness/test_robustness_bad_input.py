@@ -11,6 +11,7 @@ files checks that the files it found are byte for byte untouched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -27,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 import typer
+from test_robustness_security import _locked_elsewhere, _plant_factory
 from typer.testing import CliRunner
 
 from crl.errors import CrlError, CrlTypeError, CrlValueError, StaleRunError
@@ -294,6 +296,54 @@ def _report_on(options: dict[str, Any], **top: Any) -> Callable[[Path], list[str
         return ["report", str(_write(tmp / "negatives" / "study.json",
                                       json.dumps(described)).parent)]
     return setup
+
+
+#: Lock holders a case started (another live process); stopped after each test.
+_HOLDERS = contextlib.ExitStack()
+
+
+@pytest.fixture(autouse=True)
+def _stop_lock_holders() -> Any:
+    yield
+    _HOLDERS.close()
+
+
+def _cli_planted_factory(tmp: Path) -> list[str]:
+    """``crl eval`` on a copy of a stopped run whose config.json names ``evilmod:build``."""
+    return ["eval", str(_plant_factory(_stopped_run(tmp), tmp, "evilmod:build"))]
+
+
+def _cli_locked_run(tmp: Path) -> list[str]:
+    """``crl train --resume`` into a stopped run whose lock another live process holds."""
+    args = _cli_existing_run(tmp)
+    (run,) = (tmp / "runs").iterdir()
+    _HOLDERS.enter_context(_locked_elsewhere(run))
+    return [*args, "--resume"]
+
+
+def _study_dir(tmp: Path) -> Path:
+    """The study directory of :func:`_study`'s command (``--out tmp/runs``)."""
+    return _mkparent(tmp / "runs" / "negatives" / "x").parent
+
+
+def _cli_study_linked_run(tmp: Path) -> list[str]:
+    """``crl study`` into a study directory whose run directory is a link to one elsewhere."""
+    elsewhere = _mkparent(tmp / "elsewhere" / "x").parent
+    (_study_dir(tmp) / "negatives-n64-m32-seed0").symlink_to(elsewhere, target_is_directory=True)
+    return _study("--ns", "64")(tmp)
+
+
+def _cli_study_other_options(tmp: Path) -> list[str]:
+    """``crl study`` into a study directory whose study.json records the quick preset."""
+    recorded = {"study": "negatives", "preset": "quick", "options": {"data": "synthetic"}}
+    _write(_study_dir(tmp) / "study.json", json.dumps(recorded))
+    return _study()(tmp)
+
+
+def _cli_encode_into_a_directory(tmp: Path) -> list[str]:
+    existing = _mkparent(tmp / "embeddings" / "x").parent
+    return ["encode", str(bad.text_run(tmp)), str(bad.good_jsonl(tmp)), "--out", str(existing),
+            "--no-progress"]
 
 
 def _empty_python_root(tmp: Path) -> Callable[[], object]:
@@ -687,6 +737,28 @@ CASES: list[Case] = [
     Case("cli-eval-not-a-run", "CLI", "`crl eval DIR` on a directory that is not a run",
          CrlError, "is not a run directory (no config.json)", "pass a run directory",
          cli=lambda tmp: ["eval", str(_write(tmp / "x" / "notes.txt", "x").parent)]),
+    Case("cli-eval-planted-factory", "CLI", "`crl eval RUN_DIR` whose `config.json` names "
+         "`model.kind: custom, factory: evilmod:build`", CrlValueError,
+         "names code to run (model.factory 'evilmod:build'); crl imports a run directory's "
+         "factory only when you name it: pass --trust-factory evilmod:build",
+         "pass `--trust-factory evilmod:build` only if you trust that module (nothing ran)",
+         cli=_cli_planted_factory),
+    Case("cli-train-locked-run", "CLI", "`crl train ... --resume` into a run directory another "
+         "live crl process is writing", CrlError,
+         "is being written by another crl process (pid",
+         "wait for that process to finish, or choose another --out", cli=_cli_locked_run),
+    Case("cli-study-linked-run", "CLI", "`crl study` into a study directory whose run directory "
+         "is a symbolic link to a directory elsewhere", CrlError,
+         "is a symbolic link (to ", "remove the link, or choose another --out (nothing written)",
+         cli=_cli_study_linked_run),
+    Case("cli-study-other-options", "CLI", "`crl study` into a directory whose `study.json` "
+         "records other options, without `--force`", CrlValueError,
+         "holds a study with other options (preset 'quick' there, 'smoke' now",
+         "re-run with its own options, choose another --out, or pass --force",
+         cli=_cli_study_other_options),
+    Case("cli-encode-out-directory", "CLI", "`crl encode RUN_DIR texts.jsonl --out DIR` where DIR "
+         "is an existing directory", CrlValueError, "is a directory; give the .npy file to write",
+         "give a file name such as DIR/embeddings.npy", cli=_cli_encode_into_a_directory),
 ]
 
 # ----------------------------------------------------------------------------- the tests
