@@ -346,6 +346,15 @@ def _cli_encode_into_a_directory(tmp: Path) -> list[str]:
             "--no-progress"]
 
 
+def _cli_eval_latin1_config(tmp: Path) -> list[str]:
+    """``crl eval`` on a stopped run whose config.json holds a Latin-1 byte (found by the fuzz
+    of test_robustness_rundir_fuzz.py: a UnicodeDecodeError traceback before)."""
+    run = _stopped_run(tmp)
+    text = (run / "config.json").read_text()
+    (run / "config.json").write_bytes(text.replace('"config"', '"caf\xe9"', 1).encode("latin-1"))
+    return ["eval", str(run)]
+
+
 def _empty_python_root(tmp: Path) -> Callable[[], object]:
     from crl.data import DataConfig, load_data
 
@@ -759,6 +768,16 @@ CASES: list[Case] = [
     Case("cli-encode-out-directory", "CLI", "`crl encode RUN_DIR texts.jsonl --out DIR` where DIR "
          "is an existing directory", CrlValueError, "is a directory; give the .npy file to write",
          "give a file name such as DIR/embeddings.npy", cli=_cli_encode_into_a_directory),
+    Case("cli-eval-config-not-utf8", "CLI", "`crl eval RUN_DIR` whose `config.json` holds a "
+         "Latin-1 byte (found by the run-directory fuzz)", CrlValueError,
+         "config.json: not UTF-8 text (byte 0xe9 at offset ",
+         "delete the damaged run directory or re-run it", cli=_cli_eval_latin1_config),
+    Case("cli-report-study-json-nested-deep", "CLI", "`crl report DIR` whose `study.json` nests "
+         "arrays 100,000 deep (found by the run-directory fuzz)", CrlValueError,
+         "study.json: nests its JSON deeper than the parser can follow",
+         "delete study.json and re-run the study",
+         cli=lambda tmp: ["report", str(_write(tmp / "negatives" / "study.json",
+                                               "[" * 100_000 + "]" * 100_000).parent)]),
 ]
 
 # ----------------------------------------------------------------------------- the tests

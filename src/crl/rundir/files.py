@@ -191,13 +191,35 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def _text(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 are one error naming the file and the offset."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CrlValueError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                            f"{exc.start}); crl wrote it as UTF-8 JSON, so it was damaged or "
+                            "replaced: delete it or re-run") from None
+
+
+def _loads(path: Path, text: str, where: str = "") -> Any:
+    """``json.loads(text)``; any way it fails (bad syntax, nesting beyond the parser's
+    recursion limit, an integer of more than 4300 digits) is one error naming ``path``."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CrlValueError(f"{path}: {where}nests its JSON deeper than the parser can "
+                            "follow") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        reason = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        verb = "is " if where else ""
+        raise CrlValueError(f"{path}: {where}{verb}not valid JSON ({reason})") from None
+
+
 def read_json(path: str | Path) -> dict[str, Any]:
     """Read a JSON object written by :func:`write_json`."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CrlValueError(f"{path}: not valid JSON ({exc})") from None
+    data = _loads(path, _text(path))
     if not isinstance(data, dict):
         raise CrlValueError(f"{path}: expected a JSON object; got {type(data).__name__}")
     return data
@@ -227,15 +249,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     # Every complete record ends with a newline; text after the last newline is a torn write.
-    complete, _, _torn = path.read_text(encoding="utf-8").rpartition("\n")
+    complete, _, _torn = _text(path).rpartition("\n")
     records: list[dict[str, Any]] = []
     for number, line in enumerate(complete.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise CrlValueError(f"{path}: line {number} is not valid JSON") from None
+        record = _loads(path, line, f"line {number} ")
+        if not isinstance(record, dict):
+            raise CrlValueError(f"{path}: line {number} is not a JSON object")
+        records.append(record)
     return records
 
 
