@@ -1,7 +1,8 @@
 """An interrupt stops a study (issue 27, row 13): SIGINT or SIGTERM to the study's main process
 alone (not its process group, so the workers get no signal of their own) cancels the queued
-tasks and ends the running workers at once; the command exits with code 130, and a re-run
-resumes and ends with the results of an uninterrupted study.
+tasks and stops the running workers (at their runs' next checkpoint, or after a grace period);
+the command exits with code 130, and a re-run resumes and ends with the results of an
+uninterrupted study.
 
 The executor test runs tasks that sleep a minute on two local workers: before the fix the main
 process waited for them (and started the queued ones) after printing "interrupted".

@@ -41,6 +41,7 @@ from crl.train.evaluation import evaluate, probe_features
 from crl.train.progress import TrainProgress
 from crl.train.sampler import build_sampler
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
+from crl.train.stop import check_stop
 from crl.train.writer import RunWriter
 
 
@@ -332,6 +333,7 @@ class Trainer:
             self.evaluate()
         if (cfg.checkpoint_every and at % cfg.checkpoint_every == 0) or at == stop:
             self.checkpoint()
+            check_stop(at)  # a stop requested (crl.train.stop) ends the runs here
 
     def _stopped(self, exc: NonFiniteLossError) -> NonFiniteLossError:
         lead = self.runs[0]

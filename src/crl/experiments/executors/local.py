@@ -1,10 +1,11 @@
 """``--executor local``: a study's tasks in a process pool on this machine (the default).
 
 An interrupt stops the work: SIGINT (Ctrl-C) or SIGTERM to the main process, even to it alone,
-cancels the tasks not yet started and ends the running workers at once, then propagates as
-``KeyboardInterrupt`` (``crl study`` exits with code 130). A run stopped mid-way keeps its last
-checkpoint (every file is written atomically, and its lock dies with its worker), so a re-run
-resumes it and ends as an uninterrupted study would.
+cancels the tasks not yet started and asks the running workers to stop at their runs' next
+checkpoint (:mod:`crl.train.stop`; a worker still running :data:`STOP_GRACE_S` seconds later is
+ended at once), then propagates as ``KeyboardInterrupt`` (``crl study`` exits with code 130). A
+stopped run keeps its last checkpoint (every file is written atomically, and its lock dies with
+its worker), so a re-run resumes it and ends as an uninterrupted study would.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -29,6 +31,9 @@ from crl.experiments.executors.base import (
     first_line,
     lost_outcomes,
 )
+
+#: Seconds an interrupted study waits for its workers to reach a checkpoint before ending them.
+STOP_GRACE_S = 15.0
 
 
 class LocalExecutor(Executor):
@@ -97,17 +102,31 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel the tasks not yet started and end the running workers now (a worker gets no
-    signal of its own when only this process was interrupted, and would finish its task, then
-    the queued ones, before the pool's shutdown returned)."""
+    """Cancel the tasks not yet started and stop the running workers at their next checkpoint
+    (a worker gets no signal of its own when only this process was interrupted, and would
+    finish its task, then the queued ones, before the pool's shutdown returned): SIGTERM asks
+    (:func:`_run` made it a stop request), SIGKILL ends a worker still alive after
+    :data:`STOP_GRACE_S` seconds (a task between checkpoints for longer, or not training)."""
     workers = list((pool._processes or {}).values())  # terminate_workers() from Python 3.14
     pool.shutdown(wait=False, cancel_futures=True)  # forgets the processes
     for process in workers:
         process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in workers:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in workers:
+        if process.is_alive():
+            process.kill()
 
 
 def _run(task: Task) -> list[RunOutcome]:
-    """The body of a pool worker (a module-level function, so the pool pickles it by name)."""
+    """The body of a pool worker (a module-level function, so the pool pickles it by name):
+    an interrupt of the worker requests a stop at the next checkpoint (:mod:`crl.train.stop`),
+    and a task the worker takes after one does not start."""
+    from crl.train.stop import check_stop, stop_on_signals  # the worker trains: torch is due
+
+    stop_on_signals()
+    check_stop(0)
     return task.run()
 
 
