@@ -40,7 +40,11 @@ class SleepTask:
         return replace(self, threads=threads)
 
     def run(self) -> list[RunOutcome]:
-        (self.folder / f"started-{self.index}").write_text(str(os.getpid()))
+        # written under another name and renamed: the test reads the pid as soon as the file
+        # appears, so it must never see it empty
+        temporary = self.folder / f".started-{self.index}.tmp"
+        temporary.write_text(str(os.getpid()))
+        os.replace(temporary, self.folder / f"started-{self.index}")
         time.sleep(self.seconds)
         (self.folder / f"done-{self.index}").write_text("")
         return [RunOutcome(f"task-{self.index}", True)]
