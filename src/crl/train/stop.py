@@ -24,11 +24,6 @@ def request_stop(signum: int | None = None, frame: FrameType | None = None) -> N
     _REQUESTED.set()
 
 
-def stop_requested() -> bool:
-    """Whether :func:`request_stop` was called in this process."""
-    return _REQUESTED.is_set()
-
-
 def stop_on_signals() -> None:
     """From now on, SIGINT and SIGTERM to this process (the main thread's) request a stop
     instead of ending it at once."""
@@ -36,11 +31,13 @@ def stop_on_signals() -> None:
         signal.signal(signum, request_stop)
 
 
-def check_stop(step: int) -> None:
-    """Raise :class:`StopRequested` when a stop was requested (called once a checkpoint of
-    step ``step`` is written, or before a task starts)."""
+def check_stop(step: int | None) -> None:
+    """Raise :class:`StopRequested` when a stop was requested: called once a checkpoint of
+    step ``step`` is written, or with None before a task starts."""
     if _REQUESTED.is_set():
-        raise StopRequested(f"stopped at the checkpoint of step {step}, as requested")
+        where = "before the task started" if step is None else \
+            f"at the checkpoint of step {step}"
+        raise StopRequested(f"stopped {where}, as requested")
 
 
-__all__ = ["StopRequested", "check_stop", "request_stop", "stop_on_signals", "stop_requested"]
+__all__ = ["StopRequested", "check_stop", "request_stop", "stop_on_signals"]

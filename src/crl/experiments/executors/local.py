@@ -126,7 +126,7 @@ def _run(task: Task) -> list[RunOutcome]:
     from crl.train.stop import check_stop, stop_on_signals  # the worker trains: torch is due
 
     stop_on_signals()
-    check_stop(0)
+    check_stop(None)
     return task.run()
 
 
