@@ -22,6 +22,9 @@ from crl.negatives.permutation import CHUNK, MAX_N, permute, round_keys
 #: Entries per slice of an independent-regime mask (16 permutation chunks: few cycle-walking
 #: rounds per slice, int64 temporaries of 8 MiB).
 _SLICE = 16 * CHUNK
+#: The largest membership table a :class:`NegativeSets` keeps (bools: 64 MiB): ``n`` entries
+#: in the shared regime, ``n x n`` in the independent one (so up to ``n = 8192`` there).
+TABLE_MAX_ENTRIES = 1 << 26
 
 Regime = Literal["shared", "independent"]
 REGIMES: tuple[str, ...] = ("shared", "independent")
@@ -48,8 +51,14 @@ class NegativeSets:
     share the anchor's label are removed too (false negatives), so the sets then hold at most
     ``m``.
 
-    Memory is O(1) per anchor (the labels, if given, are the only O(n) object); a query costs
-    O(B K) integer operations.
+    A query costs O(B K) integer operations and memory is O(1) per anchor (the labels, if
+    given, are the only O(n) object) until the queries have permuted as many values as
+    enumerating every set would (``m`` shared, ``n m`` independent): the sets are then
+    enumerated once (:meth:`members`, the inverse permutation) into a bool membership table of
+    ``n`` (shared) or ``n x n`` (independent) entries, at most :data:`TABLE_MAX_ENTRIES`, and
+    later queries read it. Both ways give the same sets (rank ``< m`` under the permutation is
+    membership of the inverse image of ``range(m)``), so the table never costs more than twice
+    the queries it replaces and changes no result.
 
     Args:
         n: Number of training pairs, ``1 <= n <= 2**62``.
@@ -82,6 +91,8 @@ class NegativeSets:
         self.seed = check_int_range(where, "seed", seed, 0, None)
         self.labels = None if labels is None else _check_labels(where, "labels", labels, n)
         self._shared_keys = round_keys(self.seed)
+        self._table: Tensor | None = None  # (n,) or (n, n) bool, built by _membership_table
+        self._permuted = 0  # values the queries have permuted: what a table would have saved
 
     @property
     def negatives_per_anchor(self) -> int:
@@ -132,6 +143,10 @@ class NegativeSets:
         b, k = anchors.numel(), candidates.numel()
         if self.m >= self.n or b == 0 or k == 0:
             member = not_self
+        elif (table := self._table_after(k if self.regime == "shared" else b * k,
+                                         anchors.device)) is not None:
+            member = (table[candidates].unsqueeze(0) if self.regime == "shared"
+                      else table[anchors.unsqueeze(1), candidates.unsqueeze(0)]) & not_self
         elif self.regime == "shared":
             rank = permute(candidates, self.n, self._shared_keys)  # (K,)
             member = (rank < self.m).unsqueeze(0) & not_self
@@ -148,6 +163,41 @@ class NegativeSets:
             labels = self.labels.to(anchors.device)
             member = member & (labels[anchors].unsqueeze(1) != labels[candidates].unsqueeze(0))
         return member
+
+    def _table_after(self, work: int, device: torch.device) -> Tensor | None:
+        """The membership table on ``device`` once the queries, this one's ``work`` permuted
+        values included, have cost as much as building it; None before, and always when it
+        would exceed :data:`TABLE_MAX_ENTRIES`."""
+        if self._table is None:
+            rows = 1 if self.regime == "shared" else self.n
+            if rows * self.n > TABLE_MAX_ENTRIES:
+                return None
+            self._permuted += work
+            if self._permuted < rows * self.negatives_per_anchor:
+                return None
+            self._table = self._membership_table()
+        if self._table.device != device:
+            self._table = self._table.to(device)
+        return self._table
+
+    def _membership_table(self) -> Tensor:
+        """``(n,)`` bool (shared: ``S``) or ``(n, n)`` (independent: row ``i`` is ``S_i``),
+        from the enumerated sets (:meth:`members`, in anchor slices for the independent one)."""
+        if self.regime == "shared":
+            table = torch.zeros(self.n, dtype=torch.bool)
+            table[self.members()] = True
+            return table
+        table = torch.zeros(self.n, self.n, dtype=torch.bool)
+        size = self.negatives_per_anchor
+        ranks = torch.arange(size)
+        step = max(1, _SLICE // size)
+        for start in range(0, self.n, step):
+            anchors = torch.arange(start, min(start + step, self.n)).unsqueeze(1)  # (A, 1)
+            keys = round_keys(self.seed, anchors).unsqueeze(1)  # (A, 1, R)
+            others = permute(ranks.expand(anchors.shape[0], size), self.n - 1, keys,
+                             inverse=True)  # (A, size) in range(n - 1), as in members()
+            table[anchors, others + (others >= anchors).long()] = True
+        return table
 
     def batch_mask(self, index: Tensor, labels: Tensor | None = None) -> Tensor:
         """The ``(B, B)`` negatives mask of a batch: ``mask(index, index)``, diagonal False.
