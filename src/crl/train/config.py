@@ -71,6 +71,11 @@ class TrainOptions(_Section):
         log_every: Steps between ``train/loss`` records.
         eval_every: Steps between validation evaluations (None: only at the end).
         checkpoint_every: Steps between checkpoints (None: only at the end).
+        checkpoint_every_s: Seconds between checkpoints (None: not by time): a checkpoint is
+            written once this long has passed since the last one (or since training started),
+            on a monotonic clock, and right after the step under way when a stop is requested
+            (:mod:`crl.train.stop`). With ``checkpoint_every``, whichever is due first; either
+            way there is one at the last step.
         device: ``cpu`` or ``cuda`` (``cuda:N``).
         num_workers: DataLoader worker processes (0: in the main process).
         num_threads: torch intra-op threads during the run (None: torch's default). On a
@@ -94,6 +99,7 @@ class TrainOptions(_Section):
     log_every: int = Field(10, ge=1)
     eval_every: int | None = Field(None, ge=1)
     checkpoint_every: int | None = Field(None, ge=1)
+    checkpoint_every_s: float | None = Field(None, gt=0)
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$")
     num_workers: int = Field(0, ge=0)
     num_threads: int | None = Field(None, ge=1)

@@ -17,8 +17,9 @@ its own optimiser and scheduler, its own RNG stream (:class:`OwnRng`) and its ow
 written by the same :class:`~crl.train.RunWriter` as :func:`crl.train.fit` (``config.json``,
 ``metrics.jsonl``, ``checkpoint.pt``, ``summary.json`` last). A run's parameters receive only its
 own loss's gradient, so every run takes the steps it would take alone, and its files match a lone
-run's except the timing (``time/train_eval_s``): ``tests/train/test_grouped.py`` checks metrics
-records, summaries, weights, GCL state and RNG state against :func:`crl.train.fit`.
+run's except the timing (the ``time/*`` entries: a run's share of the group's time, and the
+group's, :mod:`crl.train.timing`): ``tests/train/test_grouped.py`` checks metrics records,
+summaries, weights, GCL state and RNG state against :func:`crl.train.fit`.
 
 What can be grouped (:func:`group_key` is None otherwise): one process on the CPU, one pass
 per step (no ``train.micro_batch_size``), ``fp32``, no hard negatives in the data, towers

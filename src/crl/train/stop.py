@@ -24,6 +24,12 @@ def request_stop(signum: int | None = None, frame: FrameType | None = None) -> N
     _REQUESTED.set()
 
 
+def stop_requested() -> bool:
+    """Whether a stop was requested in this process (a run checkpointed by time then writes its
+    checkpoint after the step under way, instead of at the end of its interval)."""
+    return _REQUESTED.is_set()
+
+
 def stop_on_signals() -> None:
     """From now on, SIGINT and SIGTERM to this process (the main thread's) request a stop
     instead of ending it at once."""
@@ -40,4 +46,4 @@ def check_stop(step: int | None) -> None:
         raise StopRequested(f"stopped {where}, as requested")
 
 
-__all__ = ["StopRequested", "check_stop", "request_stop", "stop_on_signals"]
+__all__ = ["StopRequested", "check_stop", "request_stop", "stop_on_signals", "stop_requested"]

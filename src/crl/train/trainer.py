@@ -15,7 +15,6 @@ never asks again.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -34,7 +33,14 @@ from crl.errors import CrlError, CrlValueError, StaleRunError
 from crl.losses import Objective
 from crl.models import DualEncoder
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, read_json
-from crl.train.build import BuiltRun, build_optimizer, build_run, lr_factor, trainable
+from crl.train.build import (
+    BuiltRun,
+    build_optimizer,
+    build_run,
+    lr_factor,
+    sparse_parameters,
+    trainable,
+)
 from crl.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash
 from crl.train.evaluation import evaluate, probe_features
@@ -42,6 +48,7 @@ from crl.train.progress import TrainProgress
 from crl.train.sampler import build_sampler
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
 from crl.train.stop import check_stop
+from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
 from crl.train.writer import RunWriter
 
 
@@ -97,6 +104,8 @@ class TrainingRun:
 
     ``rng`` is entered around everything of this run that may draw random numbers: nothing for
     a lone run; the run's own global RNG stream in a group (:func:`crl.train.fit_group`).
+    ``spent`` is the time of the work done for this run alone (its evaluations and checkpoint
+    writes, measured by the :class:`Trainer`; :mod:`crl.train.timing`).
     """
 
     config: TrainConfig
@@ -110,6 +119,7 @@ class TrainingRun:
     step: int = 0
     log: dict[str, Any] = field(default_factory=dict)
     last_checkpoint: int | None = None
+    spent: Spent = field(default_factory=Spent)
 
     @property
     def model(self) -> DualEncoder:
@@ -131,7 +141,8 @@ class TrainingRun:
         with rng:
             built = build_run(config, device) if built is None else built
             total = built.total_steps
-            optimizer = build_optimizer(config.optim, trainable([built.model, built.objective]))
+            optimizer = build_optimizer(config.optim, trainable([built.model, built.objective]),
+                                        sparse=sparse_parameters([built.model]))
             scheduler = LambdaLR(optimizer, lambda s: lr_factor(s, total, config.optim))
             run = cls(config, config_hash(config), built, optimizer, scheduler, writer, device,
                       rng)
@@ -197,16 +208,15 @@ class TrainingRun:
         self.writer.checkpoint(self.state)
         self.last_checkpoint = self.step
 
-    def finish(self, started: float) -> RunResult:
-        """The final evaluation and ``summary.json`` (``started``: ``perf_counter`` at the
-        start of training)."""
-        summary = self._final_summary()
-        summary["time/train_eval_s"] = time.perf_counter() - started
+    def finish(self, summary: dict[str, Any]) -> RunResult:
+        """Write ``summary`` (:meth:`final_summary` and the run's ``time/*`` entries) as
+        ``summary.json``, the last file of the run."""
         self.writer.summary(summary)
         distributed.barrier()  # every rank returns once summary.json is written
         return RunResult(self.writer.run_dir, summary, self.step, True)
 
-    def _final_summary(self) -> dict[str, Any]:
+    def final_summary(self) -> dict[str, Any]:
+        """The final evaluation: the summary's metrics (recorded in ``metrics.jsonl`` too)."""
         built, cfg = self.built, self.config.eval
         summary: dict[str, Any] = {"run_id": self.run_id, "step": self.step,
                                    "epoch": self.epoch(self.step),
@@ -268,6 +278,7 @@ class Trainer:
                                     f"{', '.join(differ)}")
         self.runs, self.step = list(runs), step
         cfg, lead = runs[0].config.train, runs[0].built
+        self.checkpoints = CheckpointClock(cfg.checkpoint_every, cfg.checkpoint_every_s)
         self.sampler = build_sampler(cfg.sampler, lead.splits.train, cfg.batch_size,
                                      seed=cfg.seed)
 
@@ -282,9 +293,11 @@ class Trainer:
         lead = self.runs[0]
         total, per_epoch = lead.built.total_steps, lead.built.steps_per_epoch
         stop = total if stop_at is None else min(total, stop_at)
-        started = time.perf_counter()
+        clock = Stopwatch()
+        self.checkpoints.restart()
         for run in self.runs:
             run.built.model.train()
+            run.spent = Spent()  # the time of this call's work only
         with TrainProgress(total, lead.step, lead.config.train.batch_size,
                            enabled=progress and lead.writer.main) as bar:
             while lead.step < stop:
@@ -304,7 +317,7 @@ class Trainer:
                         break
         if lead.step < total:
             return [RunResult(run.writer.run_dir, {}, run.step, False) for run in self.runs]
-        return self.finish(started)
+        return self.finish(clock)
 
     def _loader(self, epoch: int, position: int) -> DataLoader[Any]:
         """The lead's batches of ``epoch`` from ``position`` on (every run told the epoch)."""
@@ -331,7 +344,7 @@ class Trainer:
         if cfg.eval_every and at % cfg.eval_every == 0 and lead.built.val_ds is not None \
                 and at < total:
             self.evaluate()
-        if (cfg.checkpoint_every and at % cfg.checkpoint_every == 0) or at == stop:
+        if at == stop or self.checkpoints.due(at):
             self.checkpoint()
             check_stop(at)  # a stop requested (crl.train.stop) ends the runs here
 
@@ -355,22 +368,31 @@ class Trainer:
         for run in self.runs:
             with run.rng:
                 val = run.built.val_ds
-                out.append({} if val is None else run.evaluate(val, "val"))
+                with run.spent.measure():
+                    out.append({} if val is None else run.evaluate(val, "val"))
         return out
 
     def checkpoint(self) -> None:
         """Every run's ``checkpoint.pt``, written under the run's RNG context (the RNG state
         it stores is the run's own)."""
         for run in self.runs:
-            with run.rng:
+            with run.rng, run.spent.measure():
                 run.checkpoint()
+        self.checkpoints.restart()
 
-    def finish(self, started: float) -> list[RunResult]:
-        """Every run's final evaluation and ``summary.json`` (:meth:`TrainingRun.finish`)."""
-        results = []
+    def finish(self, clock: Stopwatch) -> list[RunResult]:
+        """Every run's final evaluation, then each run's ``summary.json`` with its time
+        (:func:`~crl.train.timing.time_fields`: ``clock`` started with the training; in a
+        group, a run's share), :meth:`TrainingRun.finish`."""
+        summaries = []
         for run in self.runs:
+            with run.rng, run.spent.measure():
+                summaries.append(run.final_summary())
+        times = time_fields(clock.elapsed(), [run.spent for run in self.runs])
+        results = []
+        for run, summary, spent in zip(self.runs, summaries, times, strict=True):
             with run.rng:
-                results.append(run.finish(started))
+                results.append(run.finish({**summary, **spent}))
         return results
 
 
