@@ -23,6 +23,9 @@ class EmbeddingBagEncoder(nn.Module):
         bigram_buckets: If > 0, each pair of adjacent tokens ``(s, t)`` also contributes the
             embedding of bucket ``(s * 1000003 + t) mod bigram_buckets``.
         pad_id: The padding id.
+        sparse: Sparse gradients for the table (only the rows a batch uses; trained with
+            :class:`crl.train.lazy_adamw.LazyAdamW`, docs/training.md, section "Sparse
+            embedding gradients").
 
     Example:
         >>> enc = EmbeddingBagEncoder(100, 8, bigram_buckets=16)
@@ -31,13 +34,13 @@ class EmbeddingBagEncoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, dim: int, bigram_buckets: int = 0,
-                 pad_id: int = 0) -> None:
+                 pad_id: int = 0, sparse: bool = False) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.bigram_buckets = bigram_buckets
         self.pad_id = pad_id
         self.bag = nn.EmbeddingBag(vocab_size + bigram_buckets, dim, mode="mean",
-                                   padding_idx=pad_id)
+                                   padding_idx=pad_id, sparse=sparse)
         nn.init.normal_(self.bag.weight, std=dim**-0.5)
         with torch.no_grad():
             self.bag.weight[pad_id].zero_()

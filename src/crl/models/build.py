@@ -29,6 +29,11 @@ def resolve_kind(cfg: ModelConfig, info: DataInfo) -> str:
             f"build_model: model kind {kind!r} does not take {info.kind} data ({info.name!r}); "
             f"valid kinds for it: " + ", ".join(repr(k) for k in _KINDS_BY_DATA[info.kind])
         )
+    if cfg.sparse and kind != "embedding_bag":
+        picked = f" (what 'auto' picks for {info.kind} data)" if cfg.kind == "auto" else ""
+        raise CrlValueError(f"build_model: model.sparse must be false for model kind {kind!r}"
+                            f"{picked}: only 'embedding_bag' has a token table with sparse "
+                            "gradients")
     return kind
 
 
@@ -76,7 +81,7 @@ def _tower_factory(kind: str, cfg: ModelConfig, info: DataInfo) -> Callable[[int
             f"features; set embed_dim={cfg.token_dim} (got {embed_dim}) or choose a head"
         )
     return lambda vocab: Tower(
-        EmbeddingBagEncoder(vocab, cfg.token_dim, cfg.bigram_buckets),
+        EmbeddingBagEncoder(vocab, cfg.token_dim, cfg.bigram_buckets, sparse=cfg.sparse),
         projection_head(head, cfg.token_dim, cfg.hidden_dim, embed_dim, cfg.num_layers),
     )
 

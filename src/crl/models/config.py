@@ -12,7 +12,7 @@ import math
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ModelKind = Literal["auto", "linear", "mlp", "cnn", "frozen_minilm", "embedding_bag",
                     "transformer", "custom"]
@@ -53,6 +53,10 @@ class ModelConfig(BaseModel):
         token_dim: Width of the ``embedding_bag`` token embeddings.
         max_tokens: Tokens kept per text by ``embedding_bag``.
         bigram_buckets: Hash buckets for token bigrams in ``embedding_bag`` (0: unigrams only).
+        sparse: ``embedding_bag`` only: sparse gradients for the token table, each step
+            touching only the rows of the batch's tokens, trained with row-wise lazy AdamW
+            (not AdamW: rows a batch does not use are neither moved nor decayed that step;
+            docs/training.md, section "Sparse embedding gradients").
         text_batch_size: Batch size of the frozen MiniLM encoder.
         cache_dir: Cache of MiniLM features (None: ``$CRL_CACHE_DIR`` or ``~/.cache/crl``).
         pretrained: ``transformer``: a local model directory (None: the all-MiniLM-L6-v2
@@ -82,6 +86,7 @@ class ModelConfig(BaseModel):
     token_dim: int = Field(128, ge=1)
     max_tokens: int = Field(128, ge=1)
     bigram_buckets: int = Field(0, ge=0)
+    sparse: bool = False
     text_batch_size: int = Field(64, ge=1)
     cache_dir: str | None = None
     pretrained: str | None = None
@@ -97,6 +102,13 @@ class ModelConfig(BaseModel):
         if value is not None and not _FACTORY.match(value):
             raise ValueError(f"factory must look like 'package.module:function'; got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_sparse(self) -> ModelConfig:
+        if self.sparse and self.kind not in ("embedding_bag", "auto"):
+            raise ValueError(f"sparse must be false for kind={self.kind!r}: only "
+                             "kind='embedding_bag' has a token table with sparse gradients")
+        return self
 
     def resolved_embed_dim(self) -> int:
         """``embed_dim``, or its default 128."""

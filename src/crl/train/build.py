@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,13 @@ import torch
 from torch import Tensor, nn
 from torch.optim import SGD, AdamW, Optimizer
 
-from crl import losses
+from crl import distributed, losses
 from crl.data import load_data
 from crl.errors import CrlValueError
 from crl.losses import LogitScaleInit, Objective
 from crl.models import DualEncoder, build_model
 from crl.train.config import OptimConfig, TrainConfig
+from crl.train.lazy_adamw import LazyAdamW
 
 
 def seed_everything(seed: int) -> None:
@@ -32,19 +34,55 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
-def build_optimizer(cfg: OptimConfig, params: list[nn.Parameter]) -> Optimizer:
-    """AdamW or SGD over ``params``.
+def build_optimizer(cfg: OptimConfig, params: list[nn.Parameter], *,
+                    sparse: Collection[nn.Parameter] = ()) -> Optimizer:
+    """AdamW or SGD over ``params``; :class:`~crl.train.lazy_adamw.LazyAdamW` when some of them
+    get sparse gradients.
 
     Both use torch's multi-tensor (``foreach``) update, which torch picks by default only on
     CUDA: on CPU it gives the same values bit for bit as the per-tensor loop (a test compares
     them) without a temporary per parameter for ``sqrt(v)``, which for a large embedding table
     is most of the optimiser's time (benchmarks/steps.py).
+
+    Args:
+        cfg: The ``optim`` section.
+        params: The parameters to train (:func:`trainable`).
+        sparse: Those of ``params`` whose gradients are sparse (:func:`sparse_parameters`: the
+            tables of a ``model.sparse`` embedding bag). If any, one LazyAdamW updates them
+            row-wise and the others with torch's AdamW kernel, under one learning rate
+            (docs/training.md, section "Sparse embedding gradients").
+
+    Raises:
+        CrlValueError: for sparse parameters with an optimiser other than ``adamw``, or under
+            torchrun (sparse gradients are not all-reduced).
     """
+    if sparse:
+        if cfg.name != "adamw":
+            raise CrlValueError(f"model.sparse=True needs optim.name='adamw' (its row-wise lazy "
+                                f"twin); got optim.name={cfg.name!r}; set model.sparse=false")
+        if distributed.is_active() and distributed.world_size() > 1:
+            raise CrlValueError("model.sparse=True does not run under torchrun (sparse "
+                                "gradients are not averaged over ranks); set model.sparse=false")
+        return LazyAdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     if cfg.name == "adamw":
         return AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
                      foreach=True)
     return SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                foreach=True)
+
+
+def sparse_parameters(modules: list[nn.Module]) -> list[nn.Parameter]:
+    """The trainable tables of the ``nn.Embedding`` and ``nn.EmbeddingBag`` layers of
+    ``modules`` built with ``sparse=True`` (their gradients are sparse), each once, in order.
+
+    Example:
+        >>> bag = nn.EmbeddingBag(10, 4, sparse=True)
+        >>> sparse_parameters([nn.Sequential(bag, nn.Linear(4, 2))]) == [bag.weight]
+        True
+    """
+    tables = [m.weight for module in modules for m in module.modules()
+              if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse]
+    return [p for p in trainable(modules) if any(p is t for t in tables)]
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
@@ -131,5 +169,6 @@ __all__ = [
     "lr_factor",
     "run_objective",
     "seed_everything",
+    "sparse_parameters",
     "trainable",
 ]

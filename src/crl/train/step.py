@@ -21,7 +21,7 @@ import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -165,6 +165,30 @@ def batch_to(batch: Any, device: torch.device) -> tuple[tuple[Any, Any, Any], Te
     return inputs, index.to(device), labels.to(device)
 
 
+def clip_gradients(params: Sequence[Tensor], max_norm: float) -> Tensor:
+    """The global norm of the gradients of ``params``, which are scaled in place by
+    ``min(1, max_norm / (norm + 1e-6))`` (:func:`torch.nn.utils.clip_grad_norm_`).
+
+    A sparse gradient (an embedding table of a ``model.sparse`` bag) is coalesced first, in
+    ``.grad``: its repeated rows summed, its values are the nonzero rows of the dense gradient,
+    so the norm and the clipped gradient are the dense model's (up to the order of the sums).
+    Without sparse gradients this is ``clip_grad_norm_`` itself.
+    """
+    sparse = [p for p in params if p.grad is not None and p.grad.is_sparse]
+    if not sparse:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    for p in sparse:
+        p.grad = cast(Tensor, p.grad).coalesce()
+    grads = [p.grad.values() if p.grad.is_sparse else p.grad for p in params
+             if p.grad is not None]  # a coalesced tensor's values() is its storage
+    norm = torch.nn.utils.get_total_norm(grads)
+    if math.isfinite(max_norm):
+        scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(scale)
+    return norm
+
+
 def apply_gradients(objective: Objective, optimizer: Optimizer, scheduler: LambdaLR,
                     logs: dict[str, float], *, grad_clip: float | None,
                     step: int) -> dict[str, float]:
@@ -178,7 +202,7 @@ def apply_gradients(objective: Objective, optimizer: Optimizer, scheduler: Lambd
     params = [p for group in optimizer.param_groups for p in group["params"]]
     distributed.average_gradients(params)
     max_norm = grad_clip if grad_clip is not None else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = clip_gradients(params, max_norm)
     if not bool(torch.isfinite(norm)):
         raise NonFiniteLossError(f"the gradient norm is {float(norm)} at step {step + 1}")
     logs["train/lr"] = float(optimizer.param_groups[0]["lr"])  # the rate of this step
@@ -199,6 +223,7 @@ __all__ = [
     "apply_gradients",
     "batch_loss",
     "batch_to",
+    "clip_gradients",
     "embed",
     "global_value",
     "split_batch",

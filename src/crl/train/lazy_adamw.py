@@ -1,0 +1,166 @@
+"""Lazy AdamW: AdamW whose update of a sparse gradient touches only the gradient's rows.
+
+A bag-of-tokens batch touches a few thousand rows of a 30,522-row embedding table; torch's
+AdamW decays and moves every row at every step, which costs more than the rest of the step
+(benchmarks/README.md). :class:`LazyAdamW` updates a parameter whose gradient is sparse (an
+``nn.EmbeddingBag(sparse=True)`` table) at the rows present in the gradient only, and every
+parameter whose gradient is dense with torch's own AdamW kernel (``torch.optim.adamw.adamw``).
+
+For a sparse gradient with unique rows ``R`` (the coalesced indices) and values ``g_R``, at the
+global step ``t`` of the parameter (every step it has a gradient, whatever its rows):
+
+.. math::
+
+    \\theta_R &\\leftarrow \\theta_R (1 - \\eta \\lambda) \\\\
+    m_R &\\leftarrow \\beta_1 m_R + (1 - \\beta_1) g_R \\\\
+    v_R &\\leftarrow \\beta_2 v_R + (1 - \\beta_2) g_R^2 \\\\
+    \\theta_R &\\leftarrow \\theta_R - \\frac{\\eta}{1 - \\beta_1^t}
+        \\frac{m_R}{\\sqrt{v_R} / \\sqrt{1 - \\beta_2^t} + \\epsilon}
+
+and the other rows of ``theta``, ``m`` and ``v`` are left as they are, bit for bit: they are
+not decayed, and their moments do not decay either, so a rarely seen row's next update uses
+moments from the last step it was seen, bias-corrected with the global ``t`` (as TensorFlow
+Addons' ``LazyAdam``). When every row is in every gradient this is AdamW exactly. What that
+changes and when crl uses it: docs/training.md, section "Sparse embedding gradients".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.adamw import adamw
+
+from crl.errors import CrlValueError
+
+
+def adamw_rows(param: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, grad: Tensor, *, step: float,
+               lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
+    """One AdamW update of ``param`` and its moments, in place, in the order of operations of
+    torch's AdamW (so that a full set of rows gives its values bit for bit).
+
+    Args:
+        param: The rows to update, ``(K, ...)``.
+        exp_avg: Their first moments, ``(K, ...)``.
+        exp_avg_sq: Their second moments, ``(K, ...)``.
+        grad: Their gradient, ``(K, ...)``.
+        step: The global step ``t``, counted from 1 (the bias correction's).
+        lr: Learning rate ``eta``.
+        beta1: First-moment decay.
+        beta2: Second-moment decay.
+        eps: Added to the denominator.
+        weight_decay: Decoupled weight decay ``lambda``.
+    """
+    if weight_decay != 0:
+        param.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step_size = lr / (1 - beta1**step)
+    denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+class LazyAdamW(Optimizer):
+    """AdamW for models with sparse embedding gradients (module docstring): row-wise lazy
+    updates where a gradient is sparse, torch's AdamW where it is dense.
+
+    The state of each parameter is AdamW's (``step``, ``exp_avg``, ``exp_avg_sq``), so
+    ``state_dict`` and ``load_state_dict`` work as for :class:`torch.optim.AdamW`.
+
+    Args:
+        params: Parameters or parameter groups.
+        lr: Learning rate.
+        betas: ``(beta1, beta2)``.
+        eps: Added to the denominator.
+        weight_decay: Decoupled weight decay (applied only to the rows a sparse gradient has).
+
+    Example:
+        >>> table = torch.nn.EmbeddingBag(10, 4, mode="mean", sparse=True)
+        >>> before = table.weight.detach().clone()
+        >>> opt = LazyAdamW(table.parameters(), lr=0.1)
+        >>> table(torch.tensor([[1, 2]])).sum().backward()
+        >>> opt.step()
+        >>> changed = (table.weight != before).any(dim=1)
+        >>> changed.nonzero().flatten().tolist()
+        [1, 2]
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2) -> None:
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise CrlValueError(f"LazyAdamW: needs lr, eps, weight_decay >= 0 and betas in "
+                                f"[0, 1); got lr={lr}, betas={betas}, eps={eps}, "
+                                f"weight_decay={weight_decay}")
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay})
+
+    def _state(self, p: Tensor) -> dict[str, Any]:
+        """AdamW's state of ``p``, created at its first step as AdamW creates it."""
+        state: dict[str, Any] = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One update of every parameter with a gradient.
+
+        Args:
+            closure: Re-evaluates the model and returns the loss (optional).
+
+        Returns:
+            The closure's loss, or None.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            dense = [p for p in group["params"] if p.grad is not None and not p.grad.is_sparse]
+            sparse = [p for p in group["params"] if p.grad is not None and p.grad.is_sparse]
+            self._dense_step(group, dense)
+            for p in sparse:
+                self._sparse_step(group, p)
+        return loss
+
+    def _dense_step(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        """torch's AdamW (multi-tensor) on the parameters with dense gradients."""
+        if not params:
+            return
+        states = [self._state(p) for p in params]
+        beta1, beta2 = group["betas"]
+        adamw(params, [p.grad for p in params], [s["exp_avg"] for s in states],  # type: ignore[misc]
+              [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
+              foreach=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+              weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+
+    def _sparse_step(self, group: dict[str, Any], p: Tensor) -> None:
+        """The lazy update of ``p`` at the rows of its sparse gradient (module docstring)."""
+        assert p.grad is not None
+        grad = p.grad.coalesce()  # unique rows: repeated ones summed
+        if grad.sparse_dim() != 1:
+            raise CrlValueError(f"LazyAdamW: a sparse gradient must be sparse in its first "
+                                f"dimension only (an embedding table's); got sparse_dim="
+                                f"{grad.sparse_dim()} for a parameter of shape {tuple(p.shape)}")
+        state = self._state(p)
+        state["step"] += 1
+        rows = grad.indices()[0]  # (K,)
+        param = p.index_select(0, rows)  # (K, d): copies, written back below
+        exp_avg = state["exp_avg"].index_select(0, rows)
+        exp_avg_sq = state["exp_avg_sq"].index_select(0, rows)
+        beta1, beta2 = group["betas"]
+        adamw_rows(param, exp_avg, exp_avg_sq, grad.values(), step=float(state["step"]),
+                   lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                   weight_decay=group["weight_decay"])
+        p.index_copy_(0, rows, param)
+        state["exp_avg"].index_copy_(0, rows, exp_avg)
+        state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
+
+
+__all__ = ["LazyAdamW", "adamw_rows"]
