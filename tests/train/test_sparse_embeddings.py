@@ -107,7 +107,7 @@ def test_the_optimiser_is_chosen_at_build_time() -> None:
     assert type(build_optimizer(OptimConfig(), params)) is torch.optim.AdamW
     dense = build_model(cfg.model_copy(update={"sparse": False}), TEXT)
     assert sparse_parameters([dense]) == []
-    with pytest.raises(CrlValueError, match="optim.name='adamw'.*got optim.name='sgd'"):
+    with pytest.raises(CrlValueError, match=r"optim\.name='adamw'.*got optim\.name='sgd'"):
         build_optimizer(OptimConfig(name="sgd"), params, sparse=tables)
 
 

@@ -59,7 +59,7 @@ def adamw_rows(param: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, grad: Tensor,
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     step_size = lr / (1 - beta1**step)
-    denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
+    denom = exp_avg_sq.sqrt().div_((1 - beta2**step) ** 0.5).add_(eps)  # AdamW's, in place
     param.addcdiv_(exp_avg, denom, value=-step_size)
 
 

@@ -171,8 +171,9 @@ def clip_gradients(params: Sequence[Tensor], max_norm: float) -> Tensor:
 
     A sparse gradient (an embedding table of a ``model.sparse`` bag) is coalesced first, in
     ``.grad``: its repeated rows summed, its values are the nonzero rows of the dense gradient,
-    so the norm and the clipped gradient are the dense model's (up to the order of the sums).
-    Without sparse gradients this is ``clip_grad_norm_`` itself.
+    so the norm and the clipped gradient are the dense model's (up to the order of the sums;
+    docs/training.md, section "Sparse embedding gradients"). Without sparse gradients this is
+    ``clip_grad_norm_`` itself.
     """
     sparse = [p for p in params if p.grad is not None and p.grad.is_sparse]
     if not sparse:
