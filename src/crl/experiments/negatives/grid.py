@@ -112,11 +112,13 @@ def data_section(data: str) -> tuple[str, dict[str, Any]]:
 
 def model_section(kind: str, model: str | None) -> dict[str, Any]:
     """The study's default model for a data set (``auto`` for a user's file: the model follows
-    the data as in ``crl train``)."""
+    the data as in ``crl train``). The pycode bag of tokens trains its table with sparse
+    gradients and lazy AdamW (docs/training.md, section "Sparse embedding gradients")."""
     if model is not None:
         return {"kind": model}
     if kind == "pycode":
-        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 64, "head": "linear"}
+        return {"kind": "embedding_bag", "embed_dim": 128, "token_dim": 64, "head": "linear",
+                "sparse": True}
     if kind == "digits":
         return {"kind": "cnn", "embed_dim": 64, "hidden_dim": 128, "shared_tower": True}
     if kind == "files":
