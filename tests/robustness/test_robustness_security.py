@@ -38,9 +38,10 @@ TINY = ["data.num_train=64", "data.synthetic.num_samples=128", "train.batch_size
         "eval.ks=[1]", "eval.probe=false"]
 TINY_ARGS = [a for o in TINY for a in ("--set", o)]
 # A study of two runs (shared and independent negatives at one n, m and seed).
+# --keep-weights: the finished runs keep their checkpoint.pt, which the fuzz damages too.
 STUDY = ["study", "negatives", "--preset", "smoke", "--data", "synthetic", "--ns", "64",
          "--fractions", "0.5", "--seeds", "0", "--refine-runs", "0", "--workers", "1",
-         "--no-progress"]
+         "--no-progress", "--keep-weights"]
 MARKER = "MARKER"
 
 # Imported, it creates MARKER beside itself; its factory builds crl's own linear towers, so a

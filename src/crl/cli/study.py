@@ -25,6 +25,10 @@ _PRESET = typer.Option("quick", "--preset",
 _OUT = typer.Option(Path("runs"), "--out", help="Parent directory of the study directory.")
 _WORKERS = typer.Option(None, "--workers", help="Parallel runs (default: number of cores).")
 _NO_PROGRESS = typer.Option(False, "--no-progress", help="Hide the progress bar.")
+_KEEP_WEIGHTS = typer.Option(
+    False, "--keep-weights", help="Keep every finished run's checkpoint.pt (its weights; "
+    "default: a run keeps it only while it trains, and a finished run keeps its summary, "
+    "metrics and config).")
 _FORCE = typer.Option(False, "--force", help="Run even though the study directory records other "
                       "options (its study.json): record these instead; finished runs of equal "
                       "configs are kept and reused.")
@@ -73,6 +77,7 @@ def negatives(
         False, "--no-group", help="Train every run alone (default: the runs of one n and seed "
         "train together, with the same results)."),
     force: bool = _FORCE,
+    keep_weights: bool = _KEEP_WEIGHTS,
     executor: Executor | None = None,
 ) -> None:
     """How many negatives can your data use? Fits m*(n), recommends m for your n and writes a
@@ -90,19 +95,19 @@ def negatives(
         fractions=parse_list("--fractions", fractions, float),
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
         device=device, target_n=target_n, refine_runs=refine_runs, executor=executor,
-        group_runs=not no_group, force=force)
+        group_runs=not no_group, force=force, keep_weights=keep_weights)
     _finish(outcome.study_dir, analysis)
 
 
 def _simple(name: str, doc: str) -> None:
     def command(preset: str = _PRESET, out: Path = _OUT, workers: int | None = _WORKERS,
                 no_progress: bool = _NO_PROGRESS, force: bool = _FORCE,
-                executor: Executor | None = None) -> None:
+                keep_weights: bool = _KEEP_WEIGHTS, executor: Executor | None = None) -> None:
         from crl.experiments.api import run_and_report
 
         outcome, analysis = run_and_report(name, preset=preset, out=out, workers=workers,
                                            progress=not no_progress, executor=executor,
-                                           force=force)
+                                           force=force, keep_weights=keep_weights)
         _finish(outcome.study_dir, analysis)
 
     command.__doc__ = doc

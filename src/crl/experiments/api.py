@@ -26,7 +26,8 @@ def _merge(first: StudyOutcome, later: StudyOutcome) -> StudyOutcome:
 def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs",
                    workers: int | None = None, progress: bool = True,
                    executor: str | Executor | None = None, group_runs: bool = True,
-                   force: bool = False, **options: Any) -> tuple[StudyOutcome, Analysis]:
+                   force: bool = False, keep_weights: bool = False,
+                   **options: Any) -> tuple[StudyOutcome, Analysis]:
     """Run the study ``name`` (skipping finished runs, resuming interrupted ones), then its
     refinement stages, and write ``results.csv``, ``analysis.json``, ``plots/`` and
     ``report.html``.
@@ -37,7 +38,8 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     ``group_runs`` trains the runs that differ only in their negatives together on the local
     executor (:mod:`crl.experiments.executors.grouping`; ``--no-group``: one at a time).
     The study directory is locked for the whole call, and one that records other options is
-    refused unless ``force`` (:func:`~crl.experiments.runner.open_study_dir`).
+    refused unless ``force`` (:func:`~crl.experiments.runner.open_study_dir`). A finished run
+    keeps its weights (``checkpoint.pt``) only with ``keep_weights``.
 
     Raises:
         CrlValueError: when some runs failed (how many, and the first failure's one-line
@@ -51,13 +53,14 @@ def run_and_report(name: str, *, preset: str = "quick", out: str | Path = "runs"
     with open_study_dir(study, out, force=force) as study_dir:
         study.check(study_dir)
         outcome = run_study(study, out, progress=progress, executor=executor,
-                            group_runs=group_runs)
+                            group_runs=group_runs, keep_weights=keep_weights)
         while not outcome.failed:
             rows = collect_results(study.runs(), outcome.study_dir, study.result_keys()).rows
             if not study.refine(rows, outcome.study_dir):
                 break
             outcome = _merge(outcome, run_study(study, out, progress=progress,
-                                                executor=executor, group_runs=group_runs))
+                                                executor=executor, group_runs=group_runs,
+                                                keep_weights=keep_weights))
         if outcome.failed and outcome.completed + outcome.skipped == 0:
             raise CrlValueError(_failures(name, outcome, "all"))
         analysis = build_report(study, outcome.study_dir)

@@ -50,6 +50,59 @@ def format_number(value: Any) -> str:
     return str(value)
 
 
+def _seconds(row: dict[str, Any], key: str) -> float | None:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def compute_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the study's runs cost: per distinct run, its ``time/cpu_s`` and
+    ``time/train_eval_s`` (docs/training.md, "The run directory"; a grouped run's are its share
+    of the group's), summed over the runs that record them (older crl wrote no ``time/cpu_s``).
+
+    Example:
+        >>> rows = [{"run_id": "a", "time/cpu_s": 2.0, "time/train_eval_s": 3.0},
+        ...         {"run_id": "a", "time/cpu_s": 2.0, "time/train_eval_s": 3.0},
+        ...         {"run_id": "b", "time/cpu_s": 6.0, "time/train_eval_s": 5.0},
+        ...         {"run_id": "c", "time/train_eval_s": 9.0}]
+        >>> compute_totals(rows)["runs_per_cpu_s"], compute_totals(rows)["timed_runs"]
+        (0.25, 2)
+    """
+    runs = {str(r["run_id"]): r for r in rows}
+    timed = [(cpu, _seconds(r, "time/train_eval_s")) for r in runs.values()
+             if (cpu := _seconds(r, "time/cpu_s")) is not None]
+    cpu_s = sum(cpu for cpu, _ in timed)
+    return {"runs": len(runs), "timed_runs": len(timed), "cpu_s": cpu_s,
+            "train_eval_s": sum(wall or 0.0 for _, wall in timed),
+            "runs_per_cpu_s": len(timed) / cpu_s if cpu_s > 0 else None}
+
+
+def compute_text(totals: dict[str, Any]) -> str:
+    """One sentence on :func:`compute_totals`: runs per CPU-second.
+
+    Example:
+        >>> compute_text({"runs": 3, "timed_runs": 2, "cpu_s": 8.0, "train_eval_s": 8.0,
+        ...               "runs_per_cpu_s": 0.25})  # doctest: +NORMALIZE_WHITESPACE
+        "Compute: 2 runs in 8 CPU-seconds of training and evaluation (the sum of the runs'
+        time/cpu_s; a grouped run counts its share of its group's), 0.25 runs per CPU-second;
+        process start-up and building the data and models are not counted. 1 other run
+        records no CPU time (an older crl's, or not a crl train run)."
+    """
+    timed, untimed = totals["timed_runs"], totals["runs"] - totals["timed_runs"]
+    if not timed or totals["runs_per_cpu_s"] is None:
+        return "Compute: not recorded (no run's summary.json holds time/cpu_s)."
+    text = (f"Compute: {timed:,} run{'s' * (timed != 1)} in {totals['cpu_s']:,.4g} CPU-seconds "
+            "of training and evaluation (the sum of the runs' time/cpu_s; a grouped run counts "
+            f"its share of its group's), {totals['runs_per_cpu_s']:.4g} runs per CPU-second; "
+            "process start-up and building the data and models are not counted.")
+    if untimed:
+        text += (f" {untimed:,} other run{'s' * (untimed != 1)} record{'s' * (untimed == 1)} "
+                 "no CPU time (an older crl's, or not a crl train run).")
+    return text
+
+
 def _image_tag(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
@@ -86,15 +139,17 @@ def _unreadable_html(unreadable: list[Unreadable]) -> list[str]:
 
 
 def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
-                environment: dict[str, Any], counts: dict[str, int]) -> str:
+                environment: dict[str, Any], counts: dict[str, int], compute: str = "") -> str:
     """The report page; images are inlined so the file stands alone. ``counts``: distinct
-    runs ``finished`` (their results read) of ``total``."""
+    runs ``finished`` (their results read) of ``total``; ``compute``: what they cost
+    (:func:`compute_text`)."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='headline'>{html.escape(analysis.headline)}</p>",
         f"<p>Distinct runs finished: {counts['finished']} of {counts['total']}.</p>",
+        *([f"<p>{html.escape(compute)}</p>"] if compute else []),
         *_unreadable_html(analysis.unreadable),
     ]
     for section in analysis.sections:
@@ -158,8 +213,9 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
     (study_dir / PLOTS_DIR).mkdir(exist_ok=True)
     analysis = study.analyze(rows, study_dir)
     analysis.unreadable = results.unreadable
+    compute = compute_totals(rows)
     write_json(study_dir / ANALYSIS_FILE, {"headline": analysis.headline,
-                                          "numbers": analysis.numbers,
+                                          "numbers": analysis.numbers, "compute": compute,
                                           "unreadable": [u.to_dict() for u in
                                                          results.unreadable]})
     recorded = study_dir / "environment.json"
@@ -169,6 +225,6 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
     page = render_html(study_dir, f"crl study {study.name} ({study.preset})", analysis,
                        reproduce_command(study), environment,
                        {"finished": len({r["run_id"] for r in rows}),
-                        "total": len({s.run_id for s in specs})})
+                        "total": len({s.run_id for s in specs})}, compute_text(compute))
     atomic_write(study_dir / REPORT_FILE, lambda f: f.write(page.encode("utf-8")))
     return analysis

@@ -129,7 +129,8 @@ def open_study_dir(study: Study, out_dir: str | Path, *,
 
 def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
               progress: bool = True, executor: Executor | None = None,
-              group_runs: bool = True, force: bool = False) -> StudyOutcome:
+              group_runs: bool = True, force: bool = False,
+              keep_weights: bool = False) -> StudyOutcome:
     """Run every unfinished run of ``study`` into ``out_dir/<study.name>/<run_id>/``.
 
     Args:
@@ -145,6 +146,8 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
             False: one run at a time.
         force: Run even when the study directory records other options (see
             :func:`open_study_dir`).
+        keep_weights: Keep each finished run's ``checkpoint.pt`` (default: a run keeps it only
+            while it trains; :func:`~crl.experiments.executors.base.drop_weights`).
 
     Returns:
         A :class:`StudyOutcome`; failed runs are listed there (their traceback is in
@@ -156,11 +159,11 @@ def run_study(study: Study, out_dir: str | Path, *, workers: int | None = None,
     executor = LocalExecutor(workers) if executor is None else executor
     with open_study_dir(study, out_dir, force=force) as study_dir:
         return _run_grid(study, study_dir, executor=executor, progress=progress,
-                         group_runs=group_runs)
+                         group_runs=group_runs, keep_weights=keep_weights)
 
 
 def _run_grid(study: Study, study_dir: Path, *, executor: Executor, progress: bool,
-              group_runs: bool) -> StudyOutcome:
+              group_runs: bool, keep_weights: bool) -> StudyOutcome:
     # Specs may share a run (equal configs, different tags): each run id is executed once.
     unique = list({s.run_id: s for s in study.runs()}.values())
     pending = [s for s in unique if not is_done(study_dir / s.run_id)]
@@ -169,9 +172,11 @@ def _run_grid(study: Study, study_dir: Path, *, executor: Executor, progress: bo
     # A missing data cache (mined pycode pairs) is filled once here, not by every worker.
     prepare_data_caches([s.config["data"] for s in pending
                          if isinstance(s.config.get("data"), dict)], progress=progress)
-    tasks: list[Task] = [RunTask(study, spec, study_dir / spec.run_id) for spec in pending]
+    tasks: list[Task] = [RunTask(study, spec, study_dir / spec.run_id, keep_weights=keep_weights)
+                         for spec in pending]
     if group_runs and isinstance(executor, LocalExecutor):
-        tasks = plan_tasks(study, pending, study_dir, workers=executor.workers)
+        tasks = plan_tasks(study, pending, study_dir, workers=executor.workers,
+                           keep_weights=keep_weights)
     columns = (TextColumn(f"[bold]study {study.name}[/] ({study.preset}, {executor.kind})"),
                BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())

@@ -2,7 +2,10 @@
 
 A study is a grid of independent runs whose whole state lives in their run directories (a run
 whose ``summary.json`` exists is done; one with a checkpoint resumes from it; one being executed
-holds an exclusive ``flock`` on ``<run>/.lock``). So the engine that runs them needs no scheduling
+holds an exclusive ``flock`` on ``<run>/.lock``). A finished run keeps its summary, metrics and
+config; its weights (``checkpoint.pt``) only while it trains, unless the study is asked to keep
+them (``keep_weights``, ``crl study NAME --keep-weights``): :func:`drop_weights` removes them
+once ``summary.json`` is on disk. So the engine that runs them needs no scheduling
 logic of crl's own: an :class:`Executor` is handed :class:`RunTask` objects, runs
 :func:`run_task` on each somewhere, and yields each :class:`RunOutcome` as it comes back.
 :func:`run_task` (the lock, the fit, the summary) is the same function under every engine:
@@ -70,6 +73,10 @@ class Task(Protocol):
     def threads(self) -> int | None:
         """Torch threads for the task (None: leave the process's setting)."""
 
+    @property
+    def keep_weights(self) -> bool:
+        """Keep a finished run's ``checkpoint.pt`` (False: :func:`drop_weights`)."""
+
     def with_threads(self, threads: int | None) -> Self:
         """The same task with ``threads`` torch threads."""
 
@@ -87,12 +94,15 @@ class RunTask:
         spec: The run.
         run_dir: ``<study dir>/<run id>``; on a cluster, a path every node sees.
         threads: Torch threads for the run (None: leave the process's setting).
+        keep_weights: Keep the finished run's ``checkpoint.pt`` (False: removed once its
+            ``summary.json`` is written, :func:`drop_weights`).
     """
 
     study: Study
     spec: RunSpec
     run_dir: Path
     threads: int | None = None
+    keep_weights: bool = False
 
     @property
     def specs(self) -> tuple[RunSpec, ...]:
@@ -148,8 +158,28 @@ def lock_run(run_dir: Path) -> AbstractContextManager[None]:
     return lock_directory(run_dir, blocking=True)
 
 
-def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
-    """Run one grid point under its lock; returns False when it was already done."""
+def drop_weights(run_dir: Path) -> None:
+    """Remove the weights of the finished run in ``run_dir``: its ``checkpoint.pt`` and those
+    of its sub-directories (a study that trains into ``<run>/train``), never through a link.
+
+    Called only once the run's ``summary.json`` is on disk (written atomically and fsync'ed),
+    so a resumed study sees the run finished, never half done; the summary, metrics and config
+    stay.
+    """
+    if not is_done(run_dir):
+        raise RuntimeError(f"drop_weights: {run_dir} holds no {SUMMARY_FILE}; its weights are "
+                           "its state")
+    folders = [run_dir, *(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())]
+    for folder in folders:
+        path = folder / CHECKPOINT_FILE
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+
+
+def execute_run(study: Study, spec: RunSpec, run_dir: Path, *,
+                keep_weights: bool = False) -> bool:
+    """Run one grid point under its lock; returns False when it was already done. The finished
+    run's weights are removed unless ``keep_weights`` (:func:`drop_weights`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with lock_run(run_dir):
         if is_done(run_dir):
@@ -164,6 +194,8 @@ def execute_run(study: Study, spec: RunSpec, run_dir: Path) -> bool:
         if not is_done(run_dir):
             raise RuntimeError(f"study {study.name}: run {spec.run_id} ended without "
                                f"writing {SUMMARY_FILE}")
+        if not keep_weights:
+            drop_weights(run_dir)
         (run_dir / ERROR_FILE).unlink(missing_ok=True)
         return True
 
@@ -205,7 +237,7 @@ def run_task(task: RunTask) -> RunOutcome:
     if task.threads is not None:
         torch.set_num_threads(task.threads)
     try:
-        ran = execute_run(task.study, task.spec, task.run_dir)
+        ran = execute_run(task.study, task.spec, task.run_dir, keep_weights=task.keep_weights)
     except Exception as exc:
         return RunOutcome(task.spec.run_id, False, record_failure(task.run_dir, exc))
     finally:

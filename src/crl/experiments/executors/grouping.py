@@ -29,6 +29,7 @@ from crl.experiments.executors.base import (
     RunOutcome,
     RunTask,
     Task,
+    drop_weights,
     is_done,
     lock_run,
     run_task,
@@ -50,12 +51,15 @@ class GroupTask:
         specs: The runs (equal group keys).
         run_dirs: Their run directories.
         threads: Torch threads for the group (None: leave the process's setting).
+        keep_weights: Keep the finished runs' ``checkpoint.pt`` (False: removed once each
+            run's ``summary.json`` is written).
     """
 
     study: Study
     specs: tuple[RunSpec, ...]
     run_dirs: tuple[Path, ...]
     threads: int | None = None
+    keep_weights: bool = False
 
     def with_threads(self, threads: int | None) -> Self:
         """The same group with ``threads`` torch threads."""
@@ -81,28 +85,34 @@ def _split(groups: list[list[RunSpec]], others: int, workers: int) -> list[list[
 
 
 def plan_tasks(study: Study, specs: Sequence[RunSpec], study_dir: Path, *,
-               group_runs: bool = True, workers: int = 1) -> list[Task]:
+               group_runs: bool = True, workers: int = 1,
+               keep_weights: bool = False) -> list[Task]:
     """The tasks of ``specs`` (unfinished runs, one spec per run id): groups of fresh
     compatible runs and single runs (module docstring), groups halved while there are fewer
-    tasks than ``workers``; ``group_runs=False``: single runs."""
+    tasks than ``workers``; ``group_runs=False``: single runs. ``keep_weights``: every task
+    keeps its finished runs' weights."""
     from crl.train import group_key
 
+    def alone(spec: RunSpec) -> RunTask:
+        return RunTask(study, spec, study_dir / spec.run_id, keep_weights=keep_weights)
+
     if not group_runs or not getattr(study, "fit_runs", False):
-        return [RunTask(study, s, study_dir / s.run_id) for s in specs]
+        return [alone(s) for s in specs]
     groups: dict[str, list[RunSpec]] = defaultdict(list)
     tasks: list[Task] = []
     for spec in specs:
         key = group_key(spec.config) if _fresh(study_dir / spec.run_id) else None
         if key is None:
-            tasks.append(RunTask(study, spec, study_dir / spec.run_id))
+            tasks.append(alone(spec))
         else:
             groups[key].append(spec)
     for members in (_split(list(groups.values()), len(tasks), workers) if groups else []):
         if len(members) == 1:
-            tasks.append(RunTask(study, members[0], study_dir / members[0].run_id))
+            tasks.append(alone(members[0]))
         else:
             tasks.append(GroupTask(study, tuple(members),
-                                   tuple(study_dir / s.run_id for s in members)))
+                                   tuple(study_dir / s.run_id for s in members),
+                                   keep_weights=keep_weights))
     return tasks
 
 
@@ -131,6 +141,9 @@ def _train_together(task: GroupTask) -> None:
             if not all(_fresh(d) for d in dirs):
                 raise  # it failed after it began: the runs finish one at a time
             fit_group(configs, dirs, batched=False)
+        for run_dir in dirs:  # every summary.json is on disk: fit_group returned
+            if not task.keep_weights:
+                drop_weights(run_dir)
 
 
 def run_group(task: GroupTask) -> list[RunOutcome]:
@@ -155,7 +168,7 @@ def run_group(task: GroupTask) -> list[RunOutcome]:
     finally:
         torch.set_num_threads(threads)
     return [RunOutcome(spec.run_id, True) if run_dir in trained
-            else run_task(RunTask(task.study, spec, run_dir, task.threads))
+            else run_task(RunTask(task.study, spec, run_dir, task.threads, task.keep_weights))
             for spec, run_dir in zip(task.specs, task.run_dirs, strict=True)]
 
 

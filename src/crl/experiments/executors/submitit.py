@@ -6,9 +6,10 @@ Each task of the study (a run) is one job (one task on one node,
 limit gets submitit's signal (``USR2``, ``signal_delay_s`` = 90 s before the limit): submitit
 then calls the job's ``checkpoint`` (the :class:`submitit.helpers.Checkpointable` protocol),
 which resubmits the same run, requeues the job and ends it. The run's state is already on disk:
-``fit`` writes ``checkpoint.pt`` every ``train.checkpoint_every`` steps, so the requeued job
-resumes from the last checkpoint and reaches the summary an uninterrupted run writes (resumes
-are exact); the steps since that checkpoint are trained again.
+``fit`` writes ``checkpoint.pt`` every ``train.checkpoint_every`` steps or
+``train.checkpoint_every_s`` seconds (a study's runs: every 60 s), so the requeued job resumes
+from the last checkpoint and reaches the summary an uninterrupted run writes (resumes are
+exact); the steps since that checkpoint are trained again.
 
 The run directories and submitit's job folder (``<study dir>/submitit/``) must lie on a file
 system that the login node and every compute node see (docs/distributed.md).

@@ -140,7 +140,7 @@ def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, 
                   "warmup_steps": max(1, grid.budget // grid.batch_size // 20)},
         "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
                   "max_samples": grid.budget, "log_every": 25,
-                  "checkpoint_every": max(25, grid.budget // grid.batch_size // 4)},
+                  "checkpoint_every_s": 60.0},  # by time: kept only while the run trains
         # probes only when the summary metric is one (they need labels and take time)
         "eval": {"probe": probe, "geometry": False},
     }
@@ -175,7 +175,7 @@ def user_run_config(base: dict[str, Any], grid: Grid, *, n: int, m: int, regime:
     config["negatives"].update(regime=regime, m=m, m_fraction=None, seed=seed)
     config["train"].update(seed=seed, batch_size=min(grid.batch_size, n), epochs=None,
                            steps=None, max_samples=grid.budget, eval_every=None,
-                           checkpoint_every=max(25, grid.budget // grid.batch_size // 4))
+                           checkpoint_every=None, checkpoint_every_s=60.0)
     if device is not None:
         config["train"]["device"] = device
     config["eval"]["probe"] = bool(config["eval"]["probe"] or probe)

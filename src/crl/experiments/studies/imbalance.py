@@ -138,7 +138,7 @@ class ImbalanceStudy(Study):
                       "warmup_steps": max(1, config["steps"] // 20)},
             "train": {"seed": config["seed"], "batch_size": config["batch_size"],
                       "steps": config["steps"],
-                      "log_every": 25, "checkpoint_every": max(25, config["steps"] // 4)},
+                      "log_every": 25, "checkpoint_every_s": 60.0},
             "eval": {"retrieval": False, "geometry": False, "risk": False},
         }
 
