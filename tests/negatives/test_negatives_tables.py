@@ -1,5 +1,7 @@
-"""The membership table of :class:`NegativeSets` (built once the queries have paid for it)
-gives the same masks as the permutation, and the masks equal the ones recorded before it."""
+"""Tables that make the negative sets cheap change none of them: the tabulated round functions
+of :func:`permute_rows` give :func:`permute`'s values, the membership table of
+:class:`NegativeSets` (built once the queries have paid for it) the permutation's masks, and the
+masks equal the ones recorded before either existed."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import pytest
 import torch
 
 import crl.negatives.sets as sets_module
-from crl.negatives import NegativeSets
+from crl.negatives import NegativeSets, permute, round_keys
+from crl.negatives.permutation import permute_rows
 
 REGIMES = ("shared", "independent")
 
@@ -31,6 +34,19 @@ def _batch_masks(sets: NegativeSets, steps: int = 40, batch: int = 128) -> torch
         index = torch.randperm(sets.n, generator=g)[:batch]
         masks.append(sets.mask(index, index))
     return torch.stack(masks)  # (steps, B, B)
+
+
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 65, 256, 257, 499, 1000, 1999, 4097])
+@pytest.mark.parametrize(("b", "k"), [(1, 1), (5, 7), (3, 64), (4, 300)])
+def test_permute_rows_equals_permute(n: int, b: int, k: int, inverse: bool) -> None:
+    # k >= 2**h: tabulated round functions; fewer: permute itself. Both: the same values.
+    g = torch.Generator().manual_seed(n * 1000 + k)
+    x = torch.randint(0, n, (b, k), generator=g)
+    keys = round_keys(4, torch.randint(0, 10**6, (b,), generator=g))  # (B, R)
+    got = permute_rows(x, n, keys, inverse=inverse)
+    assert torch.equal(got, permute(x, n, keys.unsqueeze(1), inverse=inverse))
+    assert torch.equal(permute_rows(got, n, keys, inverse=not inverse), x)
 
 
 @pytest.mark.parametrize(("n", "m", "regime", "seed", "digest", "total"), RECORDED)

@@ -4,9 +4,8 @@ are used."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -15,9 +14,44 @@ from torch import Tensor
 from crl.errors import CrlTypeError
 from crl.models.text import minilm_model_dir
 
-#: Token ids of recently tokenised text lists (their content hash is the key); read-only use.
-_TOKENIZED: dict[tuple[int, int, str], Tensor] = {}
-_TOKENIZED_SLOTS = 8
+#: Most token ids the memo of one ``max_tokens`` keeps (int32: 64 MiB); a full memo is cleared.
+MEMO_MAX_IDS = 1 << 24
+
+
+class _TokenMemo:
+    """Every text tokenised in this process (for one ``max_tokens``): ``index[text]`` is its row
+    of ``ids``. A text's ids do not depend on the texts tokenised with it (truncation and padding
+    are to a fixed length), so a study's workers tokenise each text of the data set once: the
+    held-out split once for every run and every ``n``, the nested training subsets once in all.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        self.ids = torch.zeros(0, max_tokens, dtype=torch.int32)  # (capacity, max_tokens)
+        self.index: dict[str, int] = {}
+
+    def __call__(self, texts: Sequence[str], encode: Callable[[list[str]], Tensor]) -> Tensor:
+        """``(len(texts), max_tokens)`` int64 ids; ``encode`` tokenises the texts not seen yet.
+        A memo that would pass :data:`MEMO_MAX_IDS` starts again from this call's texts."""
+        width = self.ids.shape[1]
+        new = list(dict.fromkeys(text for text in texts if text not in self.index))
+        if (len(self.index) + len(new)) * width > MEMO_MAX_IDS:
+            self.index.clear()
+            new = list(dict.fromkeys(texts))
+        if new:
+            used = len(self.index)
+            if used + len(new) > self.ids.shape[0]:  # grow by doubling
+                grown = self.ids.new_zeros(max(2 * self.ids.shape[0], used + len(new)), width)
+                grown[:used] = self.ids[:used]
+                self.ids = grown
+            self.ids[used:used + len(new)] = encode(new)
+            self.index.update(zip(new, range(used, used + len(new)), strict=True))
+        rows = torch.tensor([self.index[text] for text in texts], dtype=torch.long)  # (N,)
+        return self.ids.index_select(0, rows).long()
+
+
+#: The memo of each ``(tokenizer.json, max_tokens)``.
+_MEMOS: dict[tuple[str, int], _TokenMemo] = {}
+
 
 class MiniLMTokenizer:
     """Texts -> padded token ids ``(N, max_tokens)`` int64 (pad id 0, no [CLS]/[SEP]).
@@ -34,29 +68,25 @@ class MiniLMTokenizer:
         from tokenizers import Tokenizer
 
         self.max_tokens = max_tokens
-        tokenizer: Any = Tokenizer.from_file(str(minilm_model_dir() / "tokenizer.json"))
+        path = str(minilm_model_dir() / "tokenizer.json")
+        tokenizer: Any = Tokenizer.from_file(path)
         self.pad_id = int(tokenizer.token_to_id("[PAD]"))
         tokenizer.enable_truncation(max_length=max_tokens)
         tokenizer.enable_padding(length=max_tokens, pad_id=self.pad_id, pad_token="[PAD]")
         self.vocab_size = int(tokenizer.get_vocab_size())
         self._tokenizer = tokenizer
+        self._memo = _MEMOS.setdefault((path, max_tokens), _TokenMemo(max_tokens))
 
     def __call__(self, texts: Sequence[str]) -> Tensor:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise CrlTypeError(f"MiniLMTokenizer: texts[{i}] must be a str; got {type(text)}")
-        digest = hashlib.sha256("\0".join(texts).encode("utf-8")).hexdigest()
-        key = (self.max_tokens, len(texts), digest)
-        if key in _TOKENIZED:  # a study tokenises the same splits for many runs per process
-            return _TOKENIZED[key]
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        if not encodings:
-            return torch.zeros(0, self.max_tokens, dtype=torch.long)
-        ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)  # (N, max_tokens)
-        while len(_TOKENIZED) >= _TOKENIZED_SLOTS:
-            _TOKENIZED.pop(next(iter(_TOKENIZED)))
-        _TOKENIZED[key] = ids
-        return ids
+        return self._memo(texts, self._encode)
+
+    def _encode(self, texts: list[str]) -> Tensor:
+        """``(len(texts), max_tokens)`` int32 ids, tokenised now."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        return torch.tensor([e.ids for e in encodings], dtype=torch.int32)
 
 
 __all__ = ["MiniLMTokenizer"]

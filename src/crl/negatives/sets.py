@@ -17,7 +17,7 @@ from torch import Tensor
 
 from crl._validation import check_choice, check_index, check_int_range, describe
 from crl.errors import CrlTypeError, CrlValueError
-from crl.negatives.permutation import CHUNK, MAX_N, permute, round_keys
+from crl.negatives.permutation import CHUNK, MAX_N, permute, permute_rows, round_keys
 
 #: Entries per slice of an independent-regime mask (16 permutation chunks: few cycle-walking
 #: rounds per slice, int64 temporaries of 8 MiB).
@@ -154,10 +154,8 @@ class NegativeSets:
             # Anchor i permutes the n - 1 others: j maps to j - [j > i] in range(n - 1).
             after = candidates.unsqueeze(0) > anchors.unsqueeze(1)  # (B, K)
             shifted = candidates.unsqueeze(0) - after.long()
-            keys = round_keys(self.seed, anchors)  # (B, R)
-            keys = keys.unsqueeze(1).expand(b, k, keys.shape[-1])  # (B, K, R)
             safe = shifted.clamp(min=0, max=self.n - 2)  # the j == i entries are dropped below
-            rank = permute(safe, self.n - 1, keys)  # (B, K)
+            rank = permute_rows(safe, self.n - 1, round_keys(self.seed, anchors))  # (B, K)
             member = (rank < self.m) & not_self
         if self.labels is not None:
             labels = self.labels.to(anchors.device)
@@ -193,9 +191,8 @@ class NegativeSets:
         step = max(1, _SLICE // size)
         for start in range(0, self.n, step):
             anchors = torch.arange(start, min(start + step, self.n)).unsqueeze(1)  # (A, 1)
-            keys = round_keys(self.seed, anchors).unsqueeze(1)  # (A, 1, R)
-            others = permute(ranks.expand(anchors.shape[0], size), self.n - 1, keys,
-                             inverse=True)  # (A, size) in range(n - 1), as in members()
+            others = permute_rows(ranks.expand(anchors.shape[0], size), self.n - 1,
+                                  round_keys(self.seed, anchors), inverse=True)  # (A, size)
             table[anchors, others + (others >= anchors).long()] = True
         return table
 
