@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from crl.data.config import DataConfig
 
 #: Environment variable that overrides the default cache directory.
 CACHE_ENV = "CRL_CACHE_DIR"
+#: Seconds since a file's last change after which its stat is trusted to show the next one.
+SETTLED_S = 2.0
 
 
 def resolve_cache_dir(configured: str | Path | None = None) -> Path:
@@ -33,6 +36,62 @@ def resolve_cache_dir(configured: str | Path | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "crl"
+
+
+def settled_signature(paths: Sequence[Path]) -> tuple[tuple[int, int, int, int, int], ...] | None:
+    """``(device, inode, size, mtime_ns, ctime_ns)`` of each file, or None when one of them
+    changed in the last :data:`SETTLED_S` seconds.
+
+    Two equal signatures of settled files mean the same bytes for any change made through the
+    file system: a write, a rename over the file or ``os.utime`` sets ``ctime`` to the present,
+    which a settled file's recorded ``ctime`` is not. File times come from a coarse clock, so a
+    file written twice within one tick can show the same times: hence the wait, as git does for
+    its index. For an in-process memo of work on the files' content.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "new.txt"
+        >>> _ = path.write_text("just written")
+        >>> settled_signature([path]) is None
+        True
+    """
+    recent = time.time_ns() - int(SETTLED_S * 1e9)
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        if st.st_ctime_ns > recent or st.st_mtime_ns > recent:
+            return None
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+_T = TypeVar("_T")
+#: The last result of each :func:`settled_memo` tag: ``tag -> (paths, signature, result)``.
+_SETTLED: dict[tuple[Any, ...], tuple[tuple[str, ...], Any, Any]] = {}
+
+
+def settled_memo(tag: tuple[Any, ...], paths: Sequence[Path], compute: Callable[[], _T]) -> _T:
+    """``compute()``, a function of the content of the files ``paths``, or its result from this
+    process's last call with the same ``tag`` when the same files are still settled and have
+    the same :func:`settled_signature` (treat the result as read-only).
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "data.txt"
+        >>> _ = path.write_text("x")
+        >>> os.utime(path, (1, 1))  # times long past; ctime is now, so not settled yet
+        >>> settled_memo(("doc",), [path], lambda: path.read_text())
+        'x'
+    """
+    names = tuple(map(str, paths))
+    signature = settled_signature(paths)
+    last = _SETTLED.get(tag)
+    if signature is not None and last is not None and last[:2] == (names, signature):
+        return last[2]  # type: ignore[no-any-return]
+    result = compute()
+    if signature is not None:
+        _SETTLED[tag] = (names, signature, result)
+    return result
 
 
 @contextmanager
