@@ -1,0 +1,368 @@
+"""The law ``m*(n) = e^c n^alpha`` per regime, tested before it is used (docs/negatives.md,
+"The law"; docs/theory.md §7, "The per-regime prediction").
+
+Each cell of :mod:`.curves` is one observation of ``y = log m*`` at ``x = log n``:
+
+- a located cell with a finite interval: ``y ~ N(c + alpha x, s^2 + tau^2)``, where ``s`` is
+  the cell's own uncertainty, ``s^2 = (log(upper / lower) / 3.92)^2 + (log r)^2 / 12`` (its
+  95% seed interval as a standard deviation, plus a log-uniform spread over the grid step of
+  ratio ``r`` around m*), and ``tau`` the scatter *across* cells that the law leaves;
+- a censored cell (or a located one whose interval is open): the probability that ``y``
+  falls in its bounds ``(log lower, log upper)`` (``-inf`` / ``+inf`` where open) under the
+  same Gaussian with ``s`` the grid term alone: an interval-censored likelihood.
+
+``(alpha, c, tau)`` maximise the likelihood (``tau >= 0``). **Lack of fit**: the law with
+``tau = 0`` against a saturated model (each cell its own ``y``): ``G = sum_located (r_i /
+s_i)^2 - 2 sum_censored log P(bounds)``, chi-square with ``k - 2`` degrees of freedom for
+``k`` cells; the law *fits* when ``p >= 0.05``, and is untested with 2 cells (a line always
+passes through 2). **Intervals** for alpha and for the law's value at a target n are profile-
+likelihood intervals with ``tau`` profiled out, at the small-sample threshold ``k log(1 +
+F_{1, k-2; 0.95} / (k - 2))`` (the exact t interval of a straight line with unknown variance,
+written as a likelihood ratio), so the scatter across cells widens them. A prediction for a
+cell at the target adds ``1.96 tau`` in quadrature.
+
+**Recommendation**: when the law fits, its prediction at the target n (flagged as an
+extrapolation outside the swept n); when it does not, or is untested, the measured cell nearest
+the target in ``log n``, never an extrapolated point. **Backtest**: the largest n left out and
+predicted from the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, special
+from scipy import stats as sps
+
+from crl.experiments.negatives.curves import CurveCell
+
+#: The law fits when its lack-of-fit p-value is at least this.
+FIT_P = 0.05
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One cell in the fit: ``x = log n``; located: ``y = log m*`` with sd ``s``; censored:
+    ``y`` in ``(low, high)`` (log bounds) with sd ``s`` (the grid term)."""
+
+    n: int
+    located: bool
+    y: float
+    s: float
+    low: float
+    high: float
+
+
+def observation(cell: CurveCell) -> Observation:
+    """The :class:`Observation` of ``cell`` (see the module docstring)."""
+    grid = math.log(cell.resolution) / math.sqrt(12)
+    if cell.m_star is not None and cell.lower > 0 and math.isfinite(cell.upper):
+        seeds = math.log(cell.upper / cell.lower) / (2 * Z95)
+        y = math.log(cell.m_star)
+        return Observation(cell.n, True, y, math.hypot(seeds, grid), y, y)
+    low = math.log(cell.lower) if cell.lower > 0 else -math.inf
+    high = math.log(cell.upper) if math.isfinite(cell.upper) else math.inf
+    return Observation(cell.n, False, math.nan, grid, low, high)
+
+
+def _log_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``log(Phi(b) - Phi(a))`` for ``a < b`` (arrays; ``-inf``/``inf`` allowed), stably."""
+    flip = a > 0  # in the upper tail use the symmetry Phi(b) - Phi(a) = Phi(-a) - Phi(-b)
+    hi = np.where(flip, -a, b)
+    lo = np.where(flip, -b, a)
+    lh, ll = special.log_ndtr(hi), special.log_ndtr(lo)
+    return np.asarray(lh + np.log1p(-np.exp(np.minimum(ll - lh, 0.0))))
+
+
+def _density_over(z: np.ndarray, log_p: np.ndarray) -> np.ndarray:
+    """``phi(z) / P`` from ``log P`` (0 where ``z`` is infinite)."""
+    finite = np.isfinite(z)
+    exponent = np.where(finite, -0.5 * np.where(finite, z, 0.0) ** 2
+                        - 0.5 * math.log(2 * math.pi) - log_p, -np.inf)
+    return np.asarray(np.exp(np.minimum(exponent, 700.0)))
+
+
+def _arrays(obs: list[Observation]) -> tuple[np.ndarray, ...]:
+    """``(x, s, located, y, low, high)`` of ``obs``, each ``(k,)``."""
+    return (np.log([o.n for o in obs]), np.array([o.s for o in obs]),
+            np.array([o.located for o in obs]), np.array([o.y for o in obs]),
+            np.array([o.low for o in obs]), np.array([o.high for o in obs]))
+
+
+def _log_lik_grad(obs: list[Observation], alpha: float, c: float,
+                  tau: float) -> tuple[float, float, float, float]:
+    """The log-likelihood and its gradient in ``(alpha, c, tau)``."""
+    x, s, loc, y, low, high = _arrays(obs)
+    mu = c + alpha * x
+    sd = np.sqrt(s ** 2 + tau ** 2)
+    z = (y[loc] - mu[loc]) / sd[loc]
+    total = float(np.sum(-0.5 * np.log(2 * math.pi * sd[loc] ** 2) - 0.5 * z ** 2))
+    d_mu = np.zeros(len(obs))
+    d_sd = np.zeros(len(obs))
+    d_mu[loc] = z / sd[loc]
+    d_sd[loc] = (z ** 2 - 1) / sd[loc]
+    if (~loc).any():
+        cen = ~loc
+        a, b = (low[cen] - mu[cen]) / sd[cen], (high[cen] - mu[cen]) / sd[cen]
+        log_p = _log_between(a, b)
+        total += float(np.sum(log_p))
+        # d log P: the normal densities at the bounds over P (0 at an open bound).
+        pa, pb = _density_over(a, log_p), _density_over(b, log_p)
+        d_mu[cen] = (pa - pb) / sd[cen]
+        za = np.where(np.isfinite(a), a, 0.0)
+        zb = np.where(np.isfinite(b), b, 0.0)
+        d_sd[cen] = (za * pa - zb * pb) / sd[cen]
+    d_tau = float(np.sum(d_sd * tau / sd))
+    return total, float(np.sum(d_mu * x)), float(np.sum(d_mu)), d_tau
+
+
+def log_likelihood(obs: list[Observation], alpha: float, c: float, tau: float) -> float:
+    """The log-likelihood of the law ``log m* = c + alpha log n`` with residual scale ``tau``
+    (module docstring)."""
+    return _log_lik_grad(obs, alpha, c, tau)[0]
+
+
+def _maximise(obs: list[Observation], fixed: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """Maximise over the parameters not in ``fixed`` (``alpha``, ``c``, ``tau``; a fixed
+    ``y_at`` with ``x_at`` ties ``c = y_at - alpha x_at``): (max log-likelihood, parameters)."""
+    names = [k for k in ("alpha", "c", "tau") if k not in fixed
+             and not (k == "c" and "y_at" in fixed)]
+    loc = [o for o in obs if o.located]
+    x = np.log([o.n for o in loc])
+    a0, c0 = (np.polyfit(x, [o.y for o in loc], 1) if len(set(x.tolist())) >= 2
+              else (0.5, float(np.mean([o.y for o in loc])) if loc else 0.0))
+    x_at = fixed.get("x_at", 0.0)
+
+    def params(v: np.ndarray) -> dict[str, float]:
+        p = dict(fixed) | dict(zip(names, v.tolist(), strict=True))
+        if "tau" in names:
+            p["tau"] = p["tau"] ** 2  # tau = t^2 >= 0, unconstrained in t
+        if "y_at" in fixed:
+            p["c"] = fixed["y_at"] - p["alpha"] * x_at
+        return p
+
+    def nll(v: np.ndarray) -> tuple[float, np.ndarray]:
+        p = params(v)
+        value, g_alpha, g_c, g_tau = _log_lik_grad(obs, p["alpha"], p["c"], p["tau"])
+        if "y_at" in fixed:
+            g_alpha -= g_c * x_at  # c moves with alpha
+        t = v[names.index("tau")] if "tau" in names else 0.0
+        grads = {"alpha": g_alpha, "c": g_c, "tau": g_tau * 2 * t}
+        return -value, -np.array([grads[k] for k in names])
+
+    best: tuple[float, dict[str, float]] = (-math.inf, {})
+    start = {"alpha": float(a0), "c": float(c0)}
+    for tau0 in (0.05, 0.5):
+        v0 = np.array([start.get(k, math.sqrt(tau0)) for k in names])
+        found = optimize.minimize(nll, v0, jac=True, method="BFGS", options={"gtol": 1e-8})
+        if np.isfinite(found.fun) and -found.fun > best[0]:
+            best = (-float(found.fun), params(found.x))
+    return best
+
+
+def _threshold(k: int) -> float:
+    """The profile-likelihood drop of a 95% interval with ``k`` cells (module docstring)."""
+    return k * math.log1p(sps.f.ppf(0.95, 1, k - 2) / (k - 2))
+
+
+def _profile(obs: list[Observation], key: str, centre: float, top: float, thr: float,
+             extra: dict[str, float], step: float) -> tuple[float, float]:
+    """The 95% profile interval of ``key`` around ``centre`` (inf where it does not close)."""
+    def drop(v: float) -> float:
+        return 2 * (top - _maximise(obs, extra | {key: v})[0]) - thr
+
+    ends = []
+    for sign in (-1.0, 1.0):
+        inner, width = centre, step
+        while width < 256 * step and drop(centre + sign * width) < 0:
+            inner, width = centre + sign * width, 2 * width
+        if width >= 256 * step:
+            ends.append(sign * math.inf)
+            continue
+        a, b = sorted((inner, centre + sign * width))
+        ends.append(optimize.brentq(drop, a, b, xtol=1e-4))
+    return ends[0], ends[1]
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """The law of one regime (see the module docstring).
+
+    Attributes:
+        regime: The regime. with_censored: Whether censored cells entered.
+        alpha, intercept, tau: The maximum-likelihood law (None when not identified).
+        alpha_ci: Its 95% profile interval (None when not identified; ends may be inf).
+        residuals: Per cell ``(n, standardised residual)``; a censored cell's is its distance
+            outside its bounds (0 inside).
+        statistic, df, p_value: The lack-of-fit test (p None when untested).
+        verdict: ``fits``, ``does not fit`` or ``untested``. reason: Why, in words.
+        observations: The fit's inputs (for :meth:`predict`).
+    """
+
+    regime: str
+    with_censored: bool
+    alpha: float | None
+    intercept: float | None
+    tau: float | None
+    alpha_ci: tuple[float, float] | None
+    residuals: tuple[tuple[int, float], ...]
+    statistic: float
+    df: int
+    p_value: float | None
+    verdict: str
+    reason: str
+    observations: tuple[Observation, ...] = field(repr=False)
+    log_lik: float = field(default=math.nan, repr=False)
+
+    def predict(self, n: float) -> tuple[float, float, float] | None:
+        """``(m*, low, high)`` at ``n``: the law's value with its profile interval widened by
+        ``1.96 tau`` in quadrature (a new cell's spread); None when not identified."""
+        if self.alpha is None or self.intercept is None or self.tau is None:
+            return None
+        obs, x = list(self.observations), math.log(n)
+        y = self.intercept + self.alpha * x
+        lo, hi = _profile(obs, "y_at", y, self.log_lik, _threshold(len(obs)), {"x_at": x}, 0.1)
+        spread = Z95 * self.tau
+        lo = y - math.hypot(y - lo, spread) if math.isfinite(lo) else lo
+        hi = y + math.hypot(hi - y, spread) if math.isfinite(hi) else hi
+        return math.exp(y), math.exp(lo), math.exp(hi)
+
+
+def _residual(o: Observation, mu: float, tau: float) -> float:
+    sd = math.hypot(o.s, tau)
+    if o.located:
+        return (o.y - mu) / sd
+    return (max(o.low - mu, 0.0) - max(mu - o.high, 0.0)) / sd
+
+
+def fit_law(cells: list[CurveCell], regime: str, *, with_censored: bool = True) -> LawFit:
+    """The :class:`LawFit` of ``regime``'s cells (censored ones as interval observations, or
+    left out with ``with_censored=False``)."""
+    mine = sorted((c for c in cells if c.regime == regime), key=lambda c: c.n)
+    obs = [o for o in map(observation, mine) if with_censored or o.located]
+    located_ns = {o.n for o in obs if o.located}
+    if len(located_ns) < 2:
+        return LawFit(regime, with_censored, None, None, None, None, (), math.nan, 0, None,
+                      "untested", f"m* located at {len(located_ns)} value(s) of n (need 2)",
+                      tuple(obs))
+    top, p = _maximise(obs, {})
+    k = len(obs)
+    fixed = _maximise(obs, {"tau": 0.0})[0]
+    saturated = sum(-0.5 * math.log(2 * math.pi * o.s ** 2) for o in obs if o.located)
+    statistic = max(2 * (saturated - fixed), 0.0)
+    residuals = tuple((o.n, _residual(o, p["c"] + p["alpha"] * math.log(o.n), p["tau"]))
+                      for o in obs)
+    if k <= 2:
+        return LawFit(regime, with_censored, p["alpha"], p["c"], p["tau"], None, residuals,
+                      statistic, 0, None, "untested",
+                      "2 cells: a line passes through any 2, so the law cannot be tested",
+                      tuple(obs), top)
+    pval = float(sps.chi2.sf(statistic, k - 2))
+    ci = _profile(obs, "alpha", p["alpha"], top, _threshold(k), {}, 0.05)
+    verdict = "fits" if pval >= FIT_P else "does not fit"
+    reason = (f"lack-of-fit chi-square {statistic:.3g} on {k - 2} df, p = {pval:.3g}: " +
+              ("one power law describes these cells within their own uncertainty" if
+               verdict == "fits" else "one power law does not describe these cells"))
+    return LawFit(regime, with_censored, p["alpha"], p["c"], p["tau"], ci, residuals,
+                  statistic, k - 2, pval, verdict, reason, tuple(obs), top)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """m for the user's n and where it comes from.
+
+    Attributes:
+        regime, target_n: For whom. source: ``law`` (the tested law's prediction), ``nearest
+            cell`` (the measured cell nearest the target in log n) or ``none``.
+        m, low, high: The value and its 95% interval (m None where only bounds are known;
+            low 0 / high inf where open).
+        n_used: The n the value was measured at (the target when from the law).
+        extrapolation: The law's prediction lies outside the swept n.
+        reason: In words, why this source.
+    """
+
+    regime: str
+    target_n: int
+    source: str
+    m: float | None
+    low: float
+    high: float
+    n_used: int
+    extrapolation: bool
+    reason: str
+
+
+def recommend(law: LawFit, cells: list[CurveCell], target_n: int) -> Recommendation:
+    """The recommendation rule: the law's prediction at ``target_n`` when it fits, else the
+    measured cell of ``law.regime`` nearest ``target_n`` in ``log n``."""
+    mine = [c for c in cells if c.regime == law.regime]
+    swept = [c.n for c in mine]
+    predicted = law.predict(target_n) if law.verdict == "fits" else None
+    if predicted is not None:
+        outside = not min(swept) <= target_n <= max(swept)
+        capped = predicted[0] > target_n
+        m, low, high = (min(v, float(target_n)) for v in predicted)
+        return Recommendation(law.regime, target_n, "law", m, low, high, target_n, outside,
+                              f"the law fits ({law.reason})"
+                              + ("; an extrapolation outside the swept n" if outside else "")
+                              + ("; capped at m = n (every other sample)" if capped else ""))
+    if not mine:
+        return Recommendation(law.regime, target_n, "none", None, 0.0, math.inf, target_n,
+                              False, "no cells")
+    near = min(mine, key=lambda c: (abs(math.log(c.n / target_n)), c.n))
+    why = (f"the law {law.verdict} ({law.reason}); the measured cell nearest the target, at "
+           f"n = {near.n:,}")
+    if near.m_star is None:
+        why += f", only bounds m*: {near.reason}"
+    return Recommendation(law.regime, target_n, "nearest cell", near.m_star, near.lower,
+                          near.upper, near.n, False, why)
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """The largest n predicted from the smaller ones.
+
+    Attributes:
+        regime, held_out_n: The cell left out. law: The law fitted without it.
+        predicted: ``(m*, low, high)`` from that law (None when not identified).
+        measured: ``(m* or None, lower, upper)`` of the held-out cell.
+        agrees: The predicted and measured intervals overlap (None without a prediction).
+        reason: In words.
+    """
+
+    regime: str
+    held_out_n: int
+    law: LawFit
+    predicted: tuple[float, float, float] | None
+    measured: tuple[float | None, float, float]
+    agrees: bool | None
+    reason: str
+
+
+def backtest(cells: list[CurveCell], regime: str) -> Backtest | None:
+    """Fit ``regime``'s law without its largest n, predict that cell, compare (None with no
+    cells)."""
+    mine = sorted((c for c in cells if c.regime == regime), key=lambda c: c.n)
+    if not mine:
+        return None
+    held = mine[-1]
+    law = fit_law(mine[:-1], regime)
+    predicted = law.predict(held.n)
+    measured = (held.m_star, held.lower, held.upper)
+    if predicted is None:
+        return Backtest(regime, held.n, law, None, measured, None,
+                        f"no prediction: {law.reason}")
+    if predicted[1] <= 0 or math.isinf(predicted[2]):
+        return Backtest(regime, held.n, law, predicted, measured, None,
+                        f"the prediction from n < {held.n:,} is not bounded (its interval is "
+                        f"open: {law.reason})")
+    agrees = predicted[1] <= held.upper and held.lower <= predicted[2]
+    return Backtest(regime, held.n, law, predicted, measured, agrees,
+                    f"predicted {predicted[0]:.4g} [{predicted[1]:.4g}, {predicted[2]:.4g}] "
+                    f"from n < {held.n:,} (law {law.verdict}); measured "
+                    f"{'-' if held.m_star is None else format(held.m_star, '.4g')} "
+                    f"[{held.lower:.4g}, {held.upper:.4g}]: "
+                    + ("the intervals overlap" if agrees else "the intervals do not overlap"))

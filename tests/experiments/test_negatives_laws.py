@@ -1,0 +1,145 @@
+"""The law m*(n) tested before it is used (crl.experiments.negatives.laws): planted answers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from crl.experiments.negatives.answer import answer, tolerance_sensitivity
+from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.laws import (
+    Observation,
+    _log_lik_grad,
+    backtest,
+    fit_law,
+    log_likelihood,
+    recommend,
+)
+from crl.experiments.negatives.tolerance import Tolerance
+from negatives_planted import cell, law_rows
+
+NS = [500, 1000, 2000, 4000, 8000, 16000]
+
+
+def _law_cells(alpha: float, c: float, *, jitter: float = 0.0, seed: int = 0,
+               width: float = 1.3, breaks: dict[int, float] | None = None) -> list:
+    """Cells on ``e^c n^alpha`` (times ``breaks``), each m* off by ``jitter`` in log, with a
+    95% interval of ratio ``width``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in NS:
+        m = math.exp(c + alpha * math.log(n) + rng.normal(0, jitter)) * (breaks or {}).get(n, 1)
+        out.append(cell(n, m, m / math.sqrt(width), m * math.sqrt(width)))
+    return out
+
+
+def test_planted_law_from_noisy_curves_is_recovered_within_its_intervals() -> None:
+    rows = law_rows(NS, 0.5, 0.3, seeds=4, noise=0.002)
+    result = answer(rows, "score", True, Tolerance(0.01), 40_000)
+    law = result.laws["independent"]
+    assert law.verdict == "fits" and law.alpha is not None and law.alpha_ci is not None
+    assert law.alpha_ci[0] <= 0.5 <= law.alpha_ci[1]
+    assert law.alpha_ci[1] - law.alpha_ci[0] < 0.5
+    rec = result.recommendations["independent"]
+    truth = math.exp(0.3) * 40_000 ** 0.5
+    assert rec.source == "law" and rec.extrapolation and rec.m is not None
+    assert rec.low <= truth <= rec.high
+    assert result.verdicts["independent"].verdict == "consistent"
+    test = result.backtests["independent"]
+    assert test.agrees and test.predicted is not None
+
+
+def test_a_cell_that_breaks_the_law_is_flagged_and_the_fallback_is_measured() -> None:
+    cells = _law_cells(1.0, -2.0, breaks={4000: 5.0})
+    law = fit_law(cells, "independent")
+    assert law.verdict == "does not fit" and law.p_value is not None and law.p_value < 0.05
+    assert "one power law does not describe these cells" in law.reason
+    worst = max(law.residuals, key=lambda r: abs(r[1]))
+    assert worst[0] == 4000
+    rec = recommend(law, cells, 12_000)
+    nearest = next(c for c in cells if c.n == 16000)  # |log(16000/12000)| < |log(8000/12000)|
+    assert rec.source == "nearest cell" and rec.n_used == 16000 and not rec.extrapolation
+    assert (rec.m, rec.low, rec.high) == (nearest.m_star, nearest.lower, nearest.upper)
+
+
+def test_scatter_across_cells_widens_the_interval() -> None:
+    tight = fit_law(_law_cells(0.5, 0.0, jitter=0.0), "independent")
+    loose = fit_law(_law_cells(0.5, 0.0, jitter=0.5, seed=1, width=1.05), "independent")
+    assert tight.alpha_ci is not None and loose.alpha_ci is not None and loose.tau is not None
+    assert loose.tau > 0.2
+    assert (loose.alpha_ci[1] - loose.alpha_ci[0]) > 2 * (tight.alpha_ci[1] - tight.alpha_ci[0])
+
+
+def test_censored_cells_enter_as_bounds_and_the_fit_without_them_is_reported() -> None:
+    cells = _law_cells(0.5, 0.0)[:4]
+    # An unsaturated cell at n = 16000 whose bound sits far above the line pulls alpha up.
+    bound = 4 * math.exp(0.5 * math.log(16000))
+    cells.append(cell(16000, None, bound, math.inf, status="above"))
+    with_bound = fit_law(cells, "independent")
+    without = fit_law(cells, "independent", with_censored=False)
+    assert len(with_bound.observations) == 5 and len(without.observations) == 4
+    assert without.alpha == pytest.approx(0.5, abs=1e-3)
+    assert with_bound.alpha is not None and with_bound.alpha > 0.6
+    # A bound the line already satisfies changes nothing.
+    easy = [*cells[:4], cell(16000, None, 10.0, math.inf, status="above")]
+    assert fit_law(easy, "independent").alpha == pytest.approx(0.5, abs=1e-3)
+
+
+def test_a_censored_nearest_cell_gives_bounds_not_a_point() -> None:
+    cells = _law_cells(1.0, -2.0, breaks={4000: 5.0})[:-1]
+    cells.append(cell(16000, None, 9000, 16000, status="above"))
+    rec = recommend(fit_law(cells, "independent"), cells, 20_000)
+    assert rec.source == "nearest cell" and rec.m is None and (rec.low, rec.high) == (9000, 16000)
+    assert "only bounds m*" in rec.reason
+
+
+def test_two_cells_are_untested_and_never_extrapolated() -> None:
+    cells = _law_cells(0.5, 0.0)[:2]
+    law = fit_law(cells, "independent")
+    assert law.verdict == "untested" and law.p_value is None
+    assert recommend(law, cells, 100_000).source == "nearest cell"
+    one = fit_law(cells[:1], "independent")
+    assert one.alpha is None and "need 2" in one.reason
+
+
+def test_backtest_flags_a_largest_cell_off_the_law() -> None:
+    cells = _law_cells(0.5, 0.0, breaks={16000: 8.0})
+    test = backtest(cells, "independent")
+    assert test is not None and test.held_out_n == 16000 and test.predicted is not None
+    assert test.agrees is False
+    good = backtest(_law_cells(0.5, 0.0), "independent")
+    assert good is not None and good.agrees is True
+
+
+def test_likelihood_gradient_matches_finite_differences() -> None:
+    obs = [Observation(100, True, 2.0, 0.1, 2.0, 2.0), Observation(400, True, 3.1, 0.2, 3.1, 3.1),
+           Observation(1600, False, math.nan, 0.1, 3.5, math.inf),
+           Observation(3000, False, math.nan, 0.1, -math.inf, 4.0),
+           Observation(6000, False, math.nan, 0.1, 3.0, 4.5)]
+    v = np.array([0.7, -1.0, 0.3])
+    grad = _log_lik_grad(obs, *v)[1:]
+    for k in range(3):
+        step = np.eye(3)[k] * 1e-6
+        numeric = (log_likelihood(obs, *(v + step)) - log_likelihood(obs, *(v - step))) / 2e-6
+        assert grad[k] == pytest.approx(numeric, rel=1e-5)
+
+
+def test_tolerance_sensitivity_reports_half_chosen_and_twice() -> None:
+    rows = law_rows(NS[:4], 0.5, 0.3, seeds=3, noise=0.001)
+    results = tolerance_sensitivity(rows, "score", True, Tolerance(0.01), 10_000)
+    assert [r.tolerance.value for r in results] == [0.005, 0.01, 0.02]
+    for a, b in itertools.pairwise(results):
+        for ca, cb in zip(a.cells, b.cells, strict=True):
+            if ca.m_star is not None and cb.m_star is not None:
+                assert cb.m_star < ca.m_star  # a larger tolerance stops sooner
+    assert all("independent" in r.recommendations for r in results)
+
+
+def test_curve_cells_are_deterministic() -> None:
+    rows = law_rows(NS[:3], 0.5, 0.3, seeds=3, noise=0.002)
+    a = curve_cells(rows, "score", True, Tolerance(0.01))
+    b = curve_cells(list(reversed(rows)), "score", True, Tolerance(0.01))
+    assert [(c.m_star, c.lower, c.upper) for c in a] == [(c.m_star, c.lower, c.upper) for c in b]
