@@ -11,8 +11,7 @@ import pytest
 import torch
 
 import crl.negatives.sets as sets_module
-from crl.negatives import NegativeSets, permute, round_keys
-from crl.negatives.permutation import permute_rows
+from crl.negatives import NegativeSets, permute, permute_rows, round_keys
 
 REGIMES = ("shared", "independent")
 

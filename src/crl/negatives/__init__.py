@@ -4,7 +4,7 @@ See docs/theory.md §9 and ``docs/negatives.md``.
 """
 
 from crl.negatives.config import NegativesConfig, build_negative_sets
-from crl.negatives.permutation import permute, round_keys
+from crl.negatives.permutation import permute, permute_rows, round_keys
 from crl.negatives.sets import REGIMES, NegativeSets, Regime, rows_with_negatives
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Regime",
     "build_negative_sets",
     "permute",
+    "permute_rows",
     "round_keys",
     "rows_with_negatives",
 ]

@@ -1,4 +1,4 @@
-"""Keyed pseudorandom permutations of ``range(n)`` without tables (docs/theory.md §9).
+"""Keyed pseudorandom permutations of ``range(n)`` without a table of them (docs/theory.md §9).
 
 A balanced Feistel network on ``2h`` bits (``4**h >= n``) is a bijection of ``range(4**h)``
 for any round function; cycle-walking (re-applying it until the value lands below ``n``) restricts

@@ -4,7 +4,8 @@ Over a training set of ``n`` pairs, sample ``j`` is a negative of anchor ``i`` w
 to the anchor's set: one set ``S`` of exactly ``m`` for every anchor (``"shared"``, SSCRL, the CLIP
 setting) or one set ``S_i`` of exactly ``m`` per anchor (``"independent"``, SCRL). Membership is a
 deterministic test on ``(seed, i, j)``: ``j in S`` iff ``rank(j) < m`` under a keyed pseudorandom
-permutation of the candidates, so no ``n x m`` table is ever stored.
+permutation of the candidates, so no ``n x m`` table is needed (a small one is kept once the
+queries have paid for it; :class:`NegativeSets`).
 """
 
 from __future__ import annotations

@@ -107,8 +107,9 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
                               train_split.labels)
         features, train_labels = train_features
         if train_labels is not None and torch.unique(train_labels).numel() >= 2:
-            test_features = probe_features(model, split, batch_size=cfg.batch_size,
-                                           device=device, representation=representation)
+            # the embedding features of the split are za, already computed
+            test_features = za if not representation else probe_features(
+                model, split, batch_size=cfg.batch_size, device=device, representation=True)
             lin = linear_probe(features, train_labels, test_features, labels)
             knn = knn_probe(features, train_labels, test_features, labels, k=cfg.knn_k)
             out["probe/linear_acc"] = lin.accuracy
