@@ -365,4 +365,5 @@ def backtest(cells: list[CurveCell], regime: str) -> Backtest | None:
                     f"from n < {held.n:,} (law {law.verdict}); measured "
                     f"{'-' if held.m_star is None else format(held.m_star, '.4g')} "
                     f"[{held.lower:.4g}, {held.upper:.4g}]: "
-                    + ("the intervals overlap" if agrees else "the intervals do not overlap"))
+                    + ("the intervals overlap" if agrees else "the intervals do not overlap")
+                    + f" (the prediction spans a factor {predicted[2] / predicted[1]:.3g})")
