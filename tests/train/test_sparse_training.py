@@ -82,7 +82,11 @@ def test_the_first_step_is_the_dense_models_without_weight_decay(pairs: dict[str
     assert sparse_log["train/grad_norm"] == pytest.approx(dense_log["train/grad_norm"], rel=1e-6)
     assert sparse_log["train/loss"] == dense_log["train/loss"]  # the same initial model
     for name, value in dense_model.items():
-        torch.testing.assert_close(sparse_model[name], value, rtol=1e-5, atol=1e-7)
+        # The sparse bag sums the table's gradient in another order (crl.models.bag_rows), and
+        # AdamW's first step, lr g / (|g| + eps), turns a rounding difference of a gradient
+        # near eps into one of up to about 1e-6 of the weight.
+        torch.testing.assert_close(sparse_model[name], value, rtol=1e-5,
+                                   atol=2e-6 if name.endswith("bag.weight") else 1e-7)
 
 
 def test_a_resumed_sparse_run_ends_as_an_uninterrupted_one(pairs: dict[str, Any],

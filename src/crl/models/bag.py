@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from crl.models.bag_rows import BagRows, bag_rows, gathered_mean
+
 # A large odd multiplier that spreads (first, second) token pairs over the bigram buckets.
 _BIGRAM_MULTIPLIER = 1_000_003
 
@@ -23,9 +25,10 @@ class EmbeddingBagEncoder(nn.Module):
         bigram_buckets: If > 0, each pair of adjacent tokens ``(s, t)`` also contributes the
             embedding of bucket ``(s * 1000003 + t) mod bigram_buckets``.
         pad_id: The padding id.
-        sparse: Sparse gradients for the table (only the rows a batch uses; trained with
-            :class:`crl.train.lazy_adamw.LazyAdamW`, docs/training.md, section "Sparse
-            embedding gradients").
+        sparse: Sparse gradients for the table (only the rows a batch uses, computed by
+            :mod:`crl.models.bag_rows`; trained with :class:`crl.train.lazy_adamw.LazyAdamW`,
+            docs/training.md, section "Sparse embedding gradients"). The table stays in
+            ``bag.weight`` either way.
 
     Example:
         >>> enc = EmbeddingBagEncoder(100, 8, bigram_buckets=16)
@@ -39,6 +42,7 @@ class EmbeddingBagEncoder(nn.Module):
         self.vocab_size = vocab_size
         self.bigram_buckets = bigram_buckets
         self.pad_id = pad_id
+        self.sparse = sparse
         self.bag = nn.EmbeddingBag(vocab_size + bigram_buckets, dim, mode="mean",
                                    padding_idx=pad_id, sparse=sparse)
         nn.init.normal_(self.bag.weight, std=dim**-0.5)
@@ -56,6 +60,19 @@ class EmbeddingBagEncoder(nn.Module):
             ids = torch.cat([ids, bigrams.masked_fill(pad, self.pad_id)], dim=1)  # (B, 2L - 1)
         return ids
 
-    def forward(self, ids: Tensor) -> Tensor:
-        out: Tensor = self.bag(self.bag_ids(ids))  # (B, dim)
+    def rows(self, ids: Tensor) -> Tensor | BagRows:
+        """What :meth:`pool` averages for token ids ``(B, L)``: the bag ids, or (sparse) their
+        :class:`~crl.models.bag_rows.BagRows`; the same for every encoder of a group's runs."""
+        ids = self.bag_ids(ids)
+        return bag_rows(ids, self.pad_id) if self.sparse else ids
+
+    def pool(self, rows: Tensor | BagRows) -> Tensor:
+        """The bags ``(B, dim)`` of :meth:`rows`' result, from this encoder's table."""
+        if isinstance(rows, BagRows):
+            return gathered_mean(self.bag.weight, rows)
+        out: Tensor = self.bag(rows)
         return out
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """The bags ``(B, dim)`` of token ids ``(B, L)``."""
+        return self.pool(self.rows(ids))

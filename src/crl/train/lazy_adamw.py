@@ -143,7 +143,7 @@ class LazyAdamW(Optimizer):
     def _sparse_step(self, group: dict[str, Any], p: Tensor) -> None:
         """The lazy update of ``p`` at the rows of its sparse gradient (module docstring)."""
         assert p.grad is not None
-        grad = p.grad.coalesce()  # unique rows: repeated ones summed
+        grad = coalesced(p.grad)  # unique rows: repeated ones summed
         if grad.sparse_dim() != 1:
             raise CrlValueError(f"LazyAdamW: a sparse gradient must be sparse in its first "
                                 f"dimension only (an embedding table's); got sparse_dim="
@@ -163,4 +163,24 @@ class LazyAdamW(Optimizer):
         state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
 
 
-__all__ = ["LazyAdamW", "adamw_rows"]
+def coalesced(grad: Tensor) -> Tensor:
+    """A sparse gradient with unique, sorted rows: ``grad`` itself when it has them already
+    (as :mod:`crl.models.bag_rows` makes it: autograd's accumulation only drops the flag), else
+    ``grad.coalesce()`` (a sort, repeated rows summed).
+
+    Example:
+        >>> g = torch.sparse_coo_tensor(torch.tensor([[1, 4]]), torch.ones(2, 3), (5, 3))
+        >>> g.is_coalesced(), coalesced(g).is_coalesced(), torch.equal(coalesced(g).to_dense(),
+        ...                                                            g.to_dense())
+        (False, True, True)
+    """
+    if grad.is_coalesced() or grad.sparse_dim() != 1:
+        return grad if grad.is_coalesced() else grad.coalesce()
+    rows = grad._indices()[0]  # (K,)
+    if rows.numel() < 2 or bool((rows[1:] > rows[:-1]).all()):
+        return torch.sparse_coo_tensor(grad._indices(), grad._values(), grad.shape,
+                                       is_coalesced=True, check_invariants=False)
+    return grad.coalesce()
+
+
+__all__ = ["LazyAdamW", "adamw_rows", "coalesced"]

@@ -32,6 +32,7 @@ from crl import distributed
 from crl.errors import CrlError, CrlValueError
 from crl.losses import Objective
 from crl.models import DualEncoder
+from crl.train.lazy_adamw import coalesced
 
 PRECISIONS: dict[str, Callable[[torch.device], AbstractContextManager[Any]]] = {
     "fp32": lambda device: contextlib.nullcontext(),
@@ -179,7 +180,7 @@ def clip_gradients(params: Sequence[Tensor], max_norm: float) -> Tensor:
     if not sparse:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     for p in sparse:
-        p.grad = cast(Tensor, p.grad).coalesce()
+        p.grad = coalesced(cast(Tensor, p.grad))
     grads = [p.grad.values() if p.grad.is_sparse else p.grad for p in params
              if p.grad is not None]  # a coalesced tensor's values() is its storage
     norm = torch.nn.utils.get_total_norm(grads)

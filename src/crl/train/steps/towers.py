@@ -48,11 +48,14 @@ def _stack(tensors: list[Tensor], dim: int, cache: dict[tuple[int, int], Tensor]
     return cache[key]
 
 
-def _bag(bags: list[nn.EmbeddingBag], ids: Tensor) -> Tensor:
-    """``G`` embedding bags over the same ids, ``(G, B, d)``: one call per run, as the tables are
-    large and the outputs small (side by side in one call, ``(V, G d)``, the tables' copy and the
-    copy of its gradient cost more than the calls save; measured in benchmarks/grouped.py)."""
-    return torch.stack([bag(ids) for bag in bags])
+def _bag(encoders: list[EmbeddingBagEncoder], ids: Tensor) -> Tensor:
+    """``G`` embedding bags over the same ids ``(B, L)``, ``(G, B, d)``: the batch's rows found
+    once (for sparse tables, :mod:`crl.models.bag_rows`), then one call per run, as the tables
+    are large and the outputs small (side by side in one call, ``(V, G d)``, the tables' copy
+    and the copy of its gradient cost more than the calls save; measured in
+    benchmarks/grouped.py)."""
+    rows = encoders[0].rows(ids)
+    return torch.stack([encoder.pool(rows) for encoder in encoders])
 
 
 def _forward(modules: list[nn.Module], x: Tensor, cache: dict[tuple[int, int], Tensor]
@@ -69,8 +72,7 @@ def _forward(modules: list[nn.Module], x: Tensor, cache: dict[tuple[int, int], T
             x = _forward(list(layers), x, cache)
         return x
     if isinstance(first, EmbeddingBagEncoder):
-        encoders = cast("list[EmbeddingBagEncoder]", modules)
-        return _bag([e.bag for e in encoders], first.bag_ids(x))
+        return _bag(cast("list[EmbeddingBagEncoder]", modules), x)
     if isinstance(first, nn.Linear):
         linears = cast("list[nn.Linear]", modules)
         weight = _stack([m.weight for m in linears], 0, cache)
