@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -11,24 +12,41 @@ from torch import Tensor
 def masked_logsumexp(x: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
     """``log sum_{j: mask_j} exp(x_j)`` along ``dim``, max-subtracted so it never overflows.
 
+    The left-out entries are removed by arithmetic, not by ``masked_fill``: ``x - peak`` is
+    multiplied by the 0/1 mask before the exponential, so they enter it as ``exp(0)`` and are
+    then multiplied by 0. The selected entries see exactly ``exp(x - peak)``, as with a fill
+    of ``-inf``, and their gradients are the same to the bit; but the exponential never meets
+    the huge negative arguments that take the CPU's slow path (about 50x slower in float32,
+    and a masked fill of a bool mask is itself slower than a product).
+
     Args:
-        x: Scores of any shape.
+        x: Scores of any shape, finite (also where left out: a product with 0 keeps an inf).
         mask: Bool tensor broadcastable to ``x`` (None: every entry counts). Rows with no True
             entry give ``-inf``; callers check masks before this point.
         dim: The reduced dimension.
 
     Returns:
         ``x`` with ``dim`` reduced.
+
+    Example:
+        >>> x = torch.tensor([[0.0, 1.0, 5.0], [2.0, 3.0, 4.0]])
+        >>> mask = torch.tensor([[True, True, False], [False, False, False]])
+        >>> [round(v, 4) for v in masked_logsumexp(x, mask, dim=1).tolist()]  # log(1 + e)
+        [1.3133, -inf]
     """
     if mask is None:
         return torch.logsumexp(x, dim=dim)
-    neg_inf = torch.finfo(x.dtype).min
-    filled = x.masked_fill(~mask, neg_inf)
-    # The max is taken over selected entries only; it is a constant for the gradient.
-    peak = filled.amax(dim=dim, keepdim=True).detach()
-    peak = torch.where(torch.isfinite(peak) & (peak > neg_inf), peak, torch.zeros_like(peak))
-    summed = (torch.exp(filled - peak) * mask).sum(dim=dim, keepdim=True)
-    return (torch.log(summed) + peak).squeeze(dim)
+    keep = mask.to(x.dtype)
+    some = keep.amax(dim=dim, keepdim=True) > 0  # (a float reduction: faster than any())
+    # The max over the selected entries (the others pushed below every finite score); a
+    # constant for the gradient, 0 for a row with none selected.
+    peak = (x - (1.0 - keep) * torch.finfo(x.dtype).max).amax(dim=dim, keepdim=True).detach()
+    peak = torch.where(some, peak, torch.zeros_like(peak))
+    summed = (torch.exp((x - peak) * keep) * keep).sum(dim=dim, keepdim=True)
+    # A row with none selected is -inf, with a zero gradient (not 0 * log'(0))
+    out = torch.where(some, torch.log(torch.where(some, summed, torch.ones_like(summed))) + peak,
+                      torch.full_like(summed, -math.inf))
+    return out.squeeze(dim)
 
 
 def anchor_negatives(mask: Tensor | None, rows: slice, width: int,

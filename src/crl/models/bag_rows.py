@@ -16,11 +16,17 @@ products add in another order than ``nn.EmbeddingBag``'s loop: the bags agree to
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+# torch warns once per process that CSR support is "beta"; the two products used here are tested
+# (tests/models/test_models_bag_rows.py), and a study's workers would each print it.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                        category=UserWarning)
 
 
 @dataclass(frozen=True)
