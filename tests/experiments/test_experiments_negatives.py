@@ -43,9 +43,11 @@ def test_quick_grid_meets_the_study_design() -> None:
 
 
 #: Run ids of the quick grid before the overrides existed (n, m/n, seeds, budget, batch as
-#: below): the same grid must name the same runs, so finished runs are found again.
-OLD_QUICK = {"n500-m100-sha-s0-1e9d0a405f", "n500-m100-ind-s1-8ef9bfa9d4",
-             "n1500-m15-sha-s0-68f7996407", "n500-m500-sha-s0-eebc1d8735"}
+#: below): the same grid must name the same runs, so finished runs are found again. The ids
+#: changed on purpose once since: the study's model trains its table with sparse gradients
+#: and its runs checkpoint by time (issue 24), so no dense result is taken for a sparse run.
+OLD_QUICK = {"n500-m100-sha-s0-223323bcec", "n500-m100-ind-s1-646cba7787",
+             "n1500-m15-sha-s0-0d222ef624", "n500-m500-sha-s0-f405795ba1"}
 
 
 def test_the_old_quick_grid_is_reproduced_by_the_overrides() -> None:
