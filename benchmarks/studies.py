@@ -1,8 +1,8 @@
 """A study's cost and answer, old code against new, in one run: runs per CPU-second, wall time,
 disk, and whether the two answers agree.
 
-Each tree runs the same study (``crl study negatives``; by default the quick preset's grid
-without its refinement, ``--refine-runs 0``) as a fresh child process with
+Each tree runs the same study (``crl study negatives``; by default the quick preset with its
+refinement; ``--refine-runs 0``: the grid alone) as a fresh child process with
 ``PYTHONPATH=<tree>/src`` into its own empty directory, one tree after the other. A tree's CPU
 time is that of the study process and every worker it started (``RUSAGE_CHILDREN``, user +
 system, all threads), so what a shared machine's other jobs take is not counted; the 1-minute
@@ -16,9 +16,9 @@ the new code changed (sparse optimisation is not the same arithmetic as dense Ad
 beside the old.
 
     .venv/bin/python benchmarks/studies.py --old /path/to/old/checkout --new . \\
-        --out benchmarks/results/studies.json
-    .venv/bin/python benchmarks/studies.py --new . --only-new --refine-runs 96   # make run
-    .venv/bin/python benchmarks/studies.py --new . --only-new --preset full       # 30 min goal
+        --refine-runs 0 --out benchmarks/results/studies.json         # the quick grid, both
+    .venv/bin/python benchmarks/studies.py --only-new --out ...       # make run's study
+    .venv/bin/python benchmarks/studies.py --only-new --preset full --out ...   # 30 min goal
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def run_study(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]
     """Run the study with the code of ``tree`` into ``out``; its cost and its answer."""
     command = [sys.executable, "-m", "crl", "study", "negatives", "--preset", args.preset,
                "--data", args.data, "--out", str(out), "--workers", str(args.workers),
-               "--refine-runs", str(args.refine_runs), "--no-progress"]
+               "--no-progress"]
+    if args.refine_runs is not None:
+        command += ["--refine-runs", str(args.refine_runs)]
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1"}
     load_before = os.getloadavg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -123,7 +125,8 @@ def main() -> None:
     parser.add_argument("--only-new", action="store_true", help="time the new code alone")
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--data", default="pycode")
-    parser.add_argument("--refine-runs", type=int, default=0)
+    parser.add_argument("--refine-runs", type=int, default=None,
+                        help="the refinement's run budget (default: the preset's)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="keep the study directories under this one")
     parser.add_argument("--out", type=Path, default=ROOT / "runs/bench/studies.json")
