@@ -128,8 +128,10 @@ def model_section(kind: str, model: str | None) -> dict[str, Any]:
 
 def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, *, n: int, m: int,
                        regime: str, seed: int, temperature: float, probe: bool,
-                       device: str | None) -> dict[str, Any]:
-    """The run config of one grid point with the study's own data, model and optimiser."""
+                       device: str | None, risk: bool = False) -> dict[str, Any]:
+    """The run config of one grid point with the study's own data, model and optimiser; the
+    held-out risk (float64 tiles over the test set, half of a run's evaluation) only when it
+    is the study's metric (``risk``)."""
     config: dict[str, Any] = {
         "data": {**data, "num_train": n, "seed": seed, "val_fraction": 0.0},
         "model": model,
@@ -141,8 +143,8 @@ def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, 
         "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
                   "max_samples": grid.budget, "log_every": 25,
                   "checkpoint_every_s": 60.0},  # by time: kept only while the run trains
-        # probes only when the summary metric is one (they need labels and take time)
-        "eval": {"probe": probe, "geometry": False},
+        # probes and the risk only when the summary metric is one (they take time)
+        "eval": {"probe": probe, "geometry": False, "risk": risk},
     }
     if device is not None:
         config["train"]["device"] = device

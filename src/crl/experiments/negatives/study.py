@@ -196,7 +196,7 @@ class NegativesStudy(Study):
             config = grids.default_run_config(
                 self.data_section, self.model_section, self.grid, n=n, m=m, regime=run_regime,
                 seed=seed, temperature=0.05 if self.temperature is None else self.temperature,
-                probe=probe, device=self.device)
+                probe=probe, device=self.device, risk=self.metric == "risk/contrastive")
         else:
             config = grids.user_run_config(self.base, self.grid, n=n, m=m, regime=run_regime,
                                            seed=seed, temperature=self.temperature,
