@@ -50,6 +50,13 @@ class StudyFacts:
     added: list[dict[str, Any]] = field(default_factory=list)
 
 
+def distinct_added(added: list[dict[str, Any]]) -> int:
+    """Distinct runs among the refinement's additions (with m >= n - 1 one run serves both
+    regimes)."""
+    return len({(a["regime"] if a["m"] < a["n"] - 1 else "shared", a["n"], a["m"], a["seed"])
+                for a in added})
+
+
 def _refinement_section(added: list[dict[str, Any]]) -> Section:
     if not added:
         return Section("Refinement", ["The refinement stage added no runs (no cell needed "
@@ -60,8 +67,7 @@ def _refinement_section(added: list[dict[str, Any]]) -> Section:
             .append(int(a["seed"]))
     rows = [[stage, regime, n, m, text.pct(m, n), ", ".join(map(str, sorted(seeds))), reason]
             for (stage, regime, n, m, reason), seeds in sorted(groups.items())]
-    runs = len({(a["regime"] if a["m"] < a["n"] - 1 else "shared", a["n"], a["m"], a["seed"])
-                for a in added})
+    runs = distinct_added(added)
     return Section("Refinement", [
         "Each stage added runs to the cells whose m* interval was widest in log m, whatever "
         "the cause (censored, seed noise or the grid step), at m spaced evenly in log m inside "
@@ -180,5 +186,5 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "sensitivity": _sensitivity(answers), "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
-               "refinement": facts.added}
+               "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
     return Analysis(text.headline(result, spec, budget), sections, numbers)

@@ -37,6 +37,8 @@ class Backtest:
                 "law": self.law.to_dict(),
                 "predicted": None if self.predicted is None else [finite(v) for v in
                                                                   self.predicted],
+                "span": (None if self.predicted is None or self.predicted[1] <= 0 else
+                         finite(self.predicted[2] / self.predicted[1])),
                 "measured": [finite(v) for v in self.measured], "agrees": self.agrees,
                 "reason": self.reason}
 

@@ -86,7 +86,8 @@ def plot_m_star(cells: list[CurveCell], laws: dict[str, LawFit], study_dir: Path
         axis.set_xscale("log")
         axis.set_xlabel("anchors n")
         axis.grid(alpha=0.3, which="both")
-        axis.legend(fontsize=7, loc="lower left", framealpha=0.8)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7, loc="lower left", framealpha=0.8)
     ax.set_yscale("log")
     ax.set_ylabel("critical negatives m* (% of n)")
     res.axhline(0.0, color="grey", lw=1)

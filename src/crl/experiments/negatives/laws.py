@@ -229,6 +229,7 @@ class LawFit:
                 "alpha": self.alpha, "intercept": self.intercept, "tau": self.tau,
                 "alpha_ci": None if self.alpha_ci is None else [finite(v) for v in self.alpha_ci],
                 "residuals": [{"n": n, "residual": r} for n, r in self.residuals],
+                "cells": len(self.observations),
                 "censored": sum(not o.located for o in self.observations),
                 "located": sum(o.located for o in self.observations),
                 "statistic": finite(self.statistic), "df": self.df, "p_value": self.p_value,
@@ -314,7 +315,8 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (open ends are None)."""
         return {"regime": self.regime, "target_n": self.target_n, "source": self.source,
-                "m": self.m, "low": finite(self.low), "high": finite(self.high),
+                "m": self.m, "m_over_n": None if self.m is None else self.m / self.target_n,
+                "low": finite(self.low), "high": finite(self.high),
                 "n_used": self.n_used, "extrapolation": self.extrapolation,
                 "reason": self.reason}
 

@@ -70,12 +70,14 @@ class NegativesOptions(StudyOptions):
     def _as_list(cls, value: Any) -> Any:
         return list(value) if isinstance(value, tuple) else value
 
-    @field_validator("tolerance")
+    @field_validator("tolerance", mode="before")
     @classmethod
-    def _tolerance(cls, value: float | str) -> float | str:
+    def _tolerance(cls, value: Any) -> float | str:
         """A number of points stays a float (as ``study.json`` records it); a percentage stays
         its text (``2%``)."""
         try:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise CrlValueError("not a number or a percentage")
             parsed = Tolerance.parse(value)
         except CrlValueError:
             raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
