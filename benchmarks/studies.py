@@ -85,9 +85,10 @@ def answer(analysis: dict[str, Any]) -> dict[str, Any]:
              for c in numbers["cells"]}
     laws = {regime: {"alpha": law.get("alpha"), "alpha_ci": law.get("alpha_ci")}
             for regime, law in numbers["laws"].items()}
+    recs = numbers["recommendations"]  # a list before issue 25, one entry per regime since
     recommendations = {r["regime"]: {"m": r.get("m"), "low": r.get("low"),
                                      "high": r.get("high")}
-                       for r in numbers["recommendations"]}
+                       for r in (recs.values() if isinstance(recs, dict) else recs)}
     return {"cells": cells, "laws": laws, "recommendations": recommendations}
 
 

@@ -49,7 +49,7 @@ def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
         assert config["negatives"]["m"] == max(1, round(tags["m_fraction"] * tags["n"]))
         assert tags["seed"] in (0, 1)
     analysis = json.loads((study_dir / "analysis.json").read_text())
-    assert {r["target_n"] for r in analysis["numbers"]["recommendations"]} == {500}
+    assert {r["target_n"] for r in analysis["numbers"]["recommendations"].values()} == {500}
     page = (study_dir / "report.html").read_text()
     assert "--preset smoke" in page and "--config synthetic-gaussian" in page
     assert "--ns 64,128" in page

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from crl.experiments.negatives.answer import answer, tolerance_sensitivity
+from crl.experiments.negatives.backtest import backtest
 from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.laws import (
     Observation,
     _log_lik_grad,
-    backtest,
     fit_law,
     log_likelihood,
     recommend,

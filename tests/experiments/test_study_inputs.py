@@ -20,7 +20,8 @@ from crl.cli import app
 from crl.errors import CrlValueError
 from crl.experiments.api import load_study
 from crl.experiments.negatives import NegativesStudy
-from crl.experiments.negatives.stats import estimate_cells
+from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.results import csv_cell, read_results, write_results
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -45,10 +46,14 @@ def _one_line(stderr: str) -> str:
 
 # ----------------------------------------------------------------------------- row 8: options
 
+TOLERANCE = ("`--tolerance`: must be a number of points of the metric >= 0 (e.g. 0.01) or a "
+             "percentage of the best below 100% (e.g. 2%); got ")
 BAD_OPTIONS = [
-    (["--tolerance", "-1"], "`--tolerance`: input should be greater than or equal to 0; got -1.0"),
-    (["--tolerance", "nan"], "`--tolerance`: input should be a finite number; got nan"),
-    (["--tolerance", "inf"], "`--tolerance`: input should be a finite number; got inf"),
+    (["--tolerance", "-1"], TOLERANCE + "'-1'"),
+    (["--tolerance", "nan"], TOLERANCE + "'nan'"),
+    (["--tolerance", "inf"], TOLERANCE + "'inf'"),
+    (["--tolerance", "2 points"], TOLERANCE + "'2 points'"),
+    (["--tolerance", "100%"], TOLERANCE + "'100%'"),
     (["--temperature", "0"], "`--temperature`: input should be greater than 0; got 0.0"),
     (["--temperature", "nan"], "`--temperature`: input should be a finite number"),
     (["--ns", "1"], "`--ns` must be integers >= 2; got [1]"),
@@ -79,12 +84,15 @@ def test_every_study_option_is_checked_before_anything_is_written(
     assert not (tmp_path / "runs").exists()  # no study directory, so no run trained
 
 
-def test_the_statistics_refuse_a_tolerance_that_is_not_a_finite_number_at_least_zero() -> None:
+def test_the_tolerance_is_points_or_a_percentage_and_anything_else_is_one_line() -> None:
     rows = [{"regime": "shared", "n": 8, "m": m, "seed": 0, "recall@1": 0.1 * m} for m in (2, 4)]
-    assert estimate_cells(rows, "recall@1", True, 0.0)  # zero: the best m itself
-    for bad in (-1.0, math.nan, math.inf, True, "0.1"):
-        with pytest.raises(CrlValueError, match="`tolerance` must be a finite number >= 0"):
-            estimate_cells(rows, "recall@1", True, bad)  # type: ignore[arg-type]
+    assert curve_cells(rows, "recall@1", True, Tolerance(0.0))  # zero: the top itself
+    assert NegativesStudy("smoke", data="synthetic", tolerance="2%").tolerance == \
+        Tolerance(0.02, relative=True)
+    for bad in (-1.0, math.nan, math.inf, True, "abc", "150%"):
+        with pytest.raises(CrlValueError, match="`--tolerance`: must be a number") as caught:
+            NegativesStudy("smoke", data="synthetic", tolerance=bad)  # type: ignore[arg-type]
+        assert "\n" not in str(caught.value)
 
 
 def test_options_are_recorded_as_before(tmp_path: Path) -> None:
@@ -113,9 +121,11 @@ def _study_dir(tmp_path: Path, described: dict[str, object]) -> Path:
 
 BAD_FILES = [
     ({"options": {"data": "synthetic", "tolerance": "x"}},
-     "options.tolerance: input should be a valid number; got 'x'"),
+     "options.tolerance: must be a number of points of the metric >= 0 (e.g. 0.01) or a "
+     "percentage of the best below 100% (e.g. 2%); got 'x'"),
     ({"options": {"data": "synthetic", "tolerance": -1}},
-     "options.tolerance: input should be greater than or equal to 0; got -1"),
+     "options.tolerance: must be a number of points of the metric >= 0 (e.g. 0.01) or a "
+     "percentage of the best below 100% (e.g. 2%); got -1"),
     ({"options": {"data": "synthetic", "tolerence": 0.01}},
      "options.tolerence: unknown option; valid options: data, config, model, metric, tolerance"),
     ({"options": {"data": "synthetic", "ns": [64, "128"]}},

@@ -54,7 +54,9 @@ def negatives(
     model: str | None = typer.Option(None, "--model", help="Model kind (default per data)."),
     metric: str | None = typer.Option(
         None, "--metric", help="Summary metric to fit (default: recall@1; digits: probe/knn_acc)."),
-    tolerance: float = typer.Option(0.01, "--tolerance", help="delta of m*(n; delta)."),
+    tolerance: str = typer.Option(
+        "0.01", "--tolerance", help="How close to the best counts as saturated: points of the "
+        "metric (0.01) or a percentage of the best (2%)."),
     temperature: float | None = typer.Option(
         None, "--temperature", help="GCL temperature (default 0.05; with --config, its own)."),
     config: str | None = typer.Option(

@@ -1,19 +1,26 @@
-"""The analysis of ``crl study negatives``: statistics (:mod:`.stats`), figures
-(:mod:`.figures`) and words (:mod:`.text`) put together into the report's
-sections and ``analysis.json`` (docs/negatives.md)."""
+"""The analysis of ``crl study negatives``: the answer (:mod:`.answer`: m* from curves, the
+tested law, the recommendation, the backtest, the theory's verdicts) at the user's tolerance
+and at half and twice it, figures (:mod:`.figures`), words (:mod:`.text`) and tables
+(:mod:`.tables`) put together into the report's sections and ``analysis.json``
+(docs/negatives.md, "The report")."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from crl.experiments.metrics import MetricSpec
-from crl.experiments.negatives import text
+from crl.experiments.negatives import tables, text
+from crl.experiments.negatives.answer import FACTORS, Answer, tolerance_sensitivity
 from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
+from crl.experiments.negatives.grid import Grid
 from crl.experiments.negatives.setup import UNTRAINED
-from crl.experiments.negatives.stats import REGIMES, ScalingLaw, estimate_cells, fit_law
 from crl.experiments.negatives.theory import theory_check, theory_text
+from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.study import Analysis, Section, Table
 from crl.theory.scaling import fit_critical_m
 
@@ -24,6 +31,7 @@ class StudyFacts:
 
     Attributes:
         setup: The set-up section (sentences and tables, written by the study).
+        grid: The sweep (its budget and batch: the training the answer holds for).
         target_n: The n to recommend m for (the user's whole training split by default).
         test_size: Pairs in the held-out test split every run is evaluated on.
         baseline: The metric of the model before training (the frozen or zero-shot baseline
@@ -34,11 +42,19 @@ class StudyFacts:
     """
 
     setup: Section
+    grid: Grid
     target_n: int
     test_size: int | None = None
     baseline: float | None = None
     baseline_label: str = UNTRAINED
     added: list[dict[str, Any]] = field(default_factory=list)
+
+
+def distinct_added(added: list[dict[str, Any]]) -> int:
+    """Distinct runs among the refinement's additions (with m >= n - 1 one run serves both
+    regimes)."""
+    return len({(a["regime"] if a["m"] < a["n"] - 1 else "shared", a["n"], a["m"], a["seed"])
+                for a in added})
 
 
 def _refinement_section(added: list[dict[str, Any]]) -> Section:
@@ -51,80 +67,124 @@ def _refinement_section(added: list[dict[str, Any]]) -> Section:
             .append(int(a["seed"]))
     rows = [[stage, regime, n, m, text.pct(m, n), ", ".join(map(str, sorted(seeds))), reason]
             for (stage, regime, n, m, reason), seeds in sorted(groups.items())]
-    runs = len({(a["regime"] if a["m"] < a["n"] - 1 else "shared", a["n"], a["m"], a["seed"])
-                for a in added})
+    runs = distinct_added(added)
     return Section("Refinement", [
-        f"Where a cell's m* interval spanned more than one step of its swept m, a second stage "
-        f"added runs at m between the bracketing values (with every seed the cell had), and one "
-        f"more seed where the seeds disagreed; {runs} distinct runs were added."],
+        "Each stage added runs to the cells whose m* interval was widest in log m, whatever "
+        "the cause (censored, seed noise or the grid step), at m spaced evenly in log m inside "
+        "it, with the same seeds for both regimes; "
+        f"{runs} distinct runs were added."],
         tables=[Table("Runs added by the refinement", ["stage", "regime", "n", "m",
                                                        "m (% of n)", "seeds", "why"], rows)])
 
 
+def _negatives_per_step(rows: list[dict[str, Any]], grid: Grid) -> tuple[float, float]:
+    """The smallest and largest ``k = B m / n`` over the runs (B the batch, at most n)."""
+    ks = [grid.negatives_per_step(int(r["n"]), float(r["m"])) for r in rows]
+    return (min(ks), max(ks)) if ks else (math.nan, math.nan)
+
+
+def _sensitivity(answers: list[Answer]) -> list[dict[str, Any]]:
+    return [{"tolerance": str(a.tolerance), "tolerance_value": a.tolerance.value,
+             "cells": [{"regime": c.regime, "n": c.n, "status": c.status, "m_star": c.m_star,
+                        "interval": c.to_dict()["interval"]} for c in a.cells],
+             "laws": {r: {"alpha": law.alpha, "alpha_ci": law.to_dict()["alpha_ci"],
+                          "verdict": law.verdict} for r, law in a.laws.items()},
+             "recommendations": {r: x.to_dict() for r, x in a.recommendations.items()}}
+            for a in answers]
+
+
 def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricSpec,
-                   tolerance: float, preset: str, facts: StudyFacts) -> Analysis:
+                   tolerance: Tolerance, preset: str, facts: StudyFacts) -> Analysis:
     """The report sections and key numbers of a negatives study from its result rows (which
     must hold ``spec.name``); figures go to ``study_dir/plots``."""
-    metric, higher = spec.name, spec.higher_is_better
-    cells = estimate_cells(rows, metric, higher, tolerance)
-    regimes = [r for r in REGIMES if any(c.regime == r for c in cells)]
-    laws: dict[str, ScalingLaw] = {r: fit_law(r, cells) for r in regimes}
-    ns = [c.n for c in cells]
-    swept = (min(ns), max(ns)) if ns else (0, 0)
-    recs = [text.recommendation(law, facts.target_n, swept) for law in laws.values()]
-    fitted = fit_critical_m(rows, tolerance, metric=metric, higher_is_better=higher,
+    metric, higher, grid = spec.name, spec.higher_is_better, facts.grid
+    answers = tolerance_sensitivity(rows, metric, higher, tolerance, facts.target_n)
+    result = answers[FACTORS.index(1.0)]
+    cells = list(result.cells)
+    budget = text.Budget(grid.budget, grid.batch_size, facts.target_n,
+                         grid.epochs(facts.target_n))
+    # The cross-check takes one delta in metric units: a relative one's median over cells.
+    delta = float(np.median([c.tolerance_points for c in cells])) if cells else tolerance.value
+    fitted = fit_critical_m(rows, delta, metric=metric, higher_is_better=higher,
                             num_bootstrap=300, seed=0, error_bounds=spec.error_bounds())
     theory = theory_check(study_dir, preset)
-    gains = text.gains(cells)
-    curves = plot_curves(rows, cells, metric, facts.baseline, study_dir,
+    gains = tables.gains(cells)
+    curves = plot_curves(rows, cells, metric, higher, facts.baseline, study_dir,
                          baseline_label=facts.baseline_label)
-    m_star_figure = plot_m_star(cells, laws, study_dir)
+    m_star_figure = plot_m_star(cells, result.laws, study_dir)
     regime_figure = plot_regimes(rows, metric, study_dir)
     evaluation = (f"Every run is evaluated on the same {facts.test_size:,} held-out test pairs."
                   if facts.test_size else "Every run is evaluated on the same held-out pairs.")
     baseline = ("" if facts.baseline is None else
                 f" The dashed line is the baseline, {facts.baseline_label} ({metric} = "
                 f"{facts.baseline:.3f}).")
+    epochs = tuple(grid.epochs(n) for n in (max(grid.ns), min(grid.ns)))
+    k_range = _negatives_per_step(rows, grid)
+    verdicts = [v.sentence for v in result.verdicts.values()]
+    contradicted = any(v.verdict == "contradicted" for v in result.verdicts.values())
+    regimes = list(result.laws)
     sections = [
         facts.setup,
-        Section("The answer for your n", [text.recommendation_text(r) for r in recs]
-                + [text.goal_text(cells)], tables=[text.law_table(laws, recs)]),
+        Section("The answer for your n", [text.recommendation_text(r, budget)
+                                          for r in result.recommendations.values()],
+                tables=[tables.recommendation_table(result)]),
+        Section("The theory's prediction per regime", [text.prediction_text(), *verdicts]
+                + ([text.confounds_text((epochs[0], epochs[1]), k_range)] if contradicted
+                   else [])),
         Section("Metric against the number of negatives", [
             f"Each point is the mean over seeds of {spec.description} ({metric}) against m in % "
             f"of n; error bars are the standard deviation over seeds. {evaluation}{baseline}"],
             figures=[curves, regime_figure]),
         Section("Where the gains stop: m* per (regime, n)", [
-            "For each regime and n, m* is the smallest swept m whose mean over seeds is within "
-            f"{tolerance:g} of the best swept m. Runs with the same seed share the initialisation "
-            "and data order across m, so the comparison is paired: the mean per m is adjusted "
-            "for each seed's level and the interval resamples whole seeds. The true m* lies "
-            "above the swept m below the grid m*, so intervals start there. A cell is censored "
-            "when the sweep only bounds m*: not saturated (gains still rising into the largest "
-            "swept m), which enters the alpha fit as a lower bound, never as a point; or "
-            "saturated at the smallest swept m (m did not move the metric beyond the "
-            "tolerance), which the alpha fit leaves out.", text.goal_text(cells)],
-            tables=[text.cell_table(cells, spec)], figures=[m_star_figure]),
+            f"For each regime and n the metric is fitted against log m, on the means per m "
+            "adjusted for each seed's level (runs with one seed share the initialisation and "
+            "the data order), by a saturating curve when its lack-of-fit test passes and by an "
+            "isotonic (monotone) fit otherwise. m* is where the fitted curve first comes within "
+            f"the tolerance ({tolerance}) of its value at the largest swept m, read between "
+            "swept m. Its 95% interval resamples whole seeds (every distinct resample when "
+            "there are at most 2,000); the grid's resolution around m* is a limit of its own, "
+            "stated beside it. A cell is censored when the curve only bounds m*: still rising "
+            "in its last step (not saturated), or already within the tolerance at the "
+            "smallest swept m.", *[f"{c.regime} n = {c.n:,}: {text.cell_text(c)}."
+                                    for c in cells]],
+            tables=[tables.cell_table(cells, spec, grid.batch_size)], figures=[m_star_figure]),
+        Section("The law m*(n), tested before it is used", [
+            text.law_text(result.laws[r], result.laws_located[r]) for r in regimes]
+            + [f"Backtest ({r}): {b.reason}." for r, b in result.backtests.items()],
+            tables=[tables.law_table(result), tables.residual_table(result)]),
+        Section("Sensitivity to the tolerance", [
+            f"The same analysis at half ({answers[0].tolerance}) and twice "
+            f"({answers[-1].tolerance}) the chosen tolerance."],
+            tables=[tables.sensitivity_table(answers)]),
         _refinement_section(facts.added),
         Section("Cross-check: the power-law fits", [
             "Per cell, err(m) = E_inf + A m^-beta; m* is the smallest m within the tolerance of "
             "the fitted asymptote. A fit whose m* lies outside the swept range, or whose "
             "asymptote is not a possible value of the metric, is reported as unidentified; the "
-            "law m*(n) above uses the grid m* only."], tables=[text.fit_table(fitted)]),
+            "answer above uses the curves of the m* section only."],
+            tables=[tables.fit_table(fitted)]),
         Section("Gains along m, in the paper's units", [
             f"Differences of {metric} in {spec.unit}" + (" (1 point = 0.01)" if spec.fraction
                                                          else "") + "."],
-            tables=[text.gains_table(gains, spec, higher)]),
+            tables=[tables.gains_table(gains, spec, higher)]),
         Section("Inner error: 1/m against 1/sqrt(m)", [theory_text(theory, {
             r: [f.beta for f in fitted.fits if f.regime == r] for r in regimes})]),
-        Section("Comparison with the paper", text.comparison_text(cells, laws, gains, spec)),
+        Section("Comparison with the paper", text.comparison_text(cells, gains, spec)),
     ]
-    numbers = {"metric": metric, "higher_is_better": higher, "tolerance": tolerance,
-               "cells": [c.to_dict() for c in cells],
-               "laws": {r: law.to_dict() for r, law in laws.items()},
-               "recommendations": recs, "critical_m": fitted.to_dict(),
+    numbers = {"metric": metric, "higher_is_better": higher, **result.to_dict(),
+               "budget": {"samples_per_run": grid.budget, "batch_size": grid.batch_size,
+                          "target_n": facts.target_n,
+                          "epochs_at_target": budget.epochs_at_target,
+                          "epochs": {str(n): grid.epochs(n) for n in grid.ns}},
+               "negatives_per_step": {"range": list(k_range),
+                                      "at_m_star": {f"{c.regime} {c.n}":
+                                                    grid.negatives_per_step(c.n, c.m_star)
+                                                    for c in cells if c.m_star is not None}},
+               "in_batch_size": {r: round(x.m if x.m is not None else x.low) + 1
+                                 for r, x in result.recommendations.items()
+                                 if x.m is not None or x.low > 0},
+               "sensitivity": _sensitivity(answers), "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
-               "refinement": facts.added,
-               "cells_informative": sum(c.informative for c in cells)}
-    return Analysis(text.headline(cells, laws, recs, spec, tolerance), sections, numbers)
-
+               "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
+    return Analysis(text.headline(result, spec, budget), sections, numbers)

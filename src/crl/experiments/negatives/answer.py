@@ -10,15 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from crl.experiments.negatives.backtest import Backtest, backtest
 from crl.experiments.negatives.curves import CurveCell, curve_cells
-from crl.experiments.negatives.laws import (
-    Backtest,
-    LawFit,
-    Recommendation,
-    backtest,
-    fit_law,
-    recommend,
-)
+from crl.experiments.negatives.laws import LawFit, Recommendation, fit_law, recommend
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.verdict import Verdict, difference_verdict, regime_verdict
@@ -46,6 +40,19 @@ class Answer:
     recommendations: dict[str, Recommendation]
     backtests: dict[str, Backtest]
     verdicts: dict[str, Verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every part's own ``to_dict``."""
+        return {"tolerance": {"value": self.tolerance.value,
+                              "relative": self.tolerance.relative,
+                              "text": str(self.tolerance)},
+                "target_n": self.target_n, "cells": [c.to_dict() for c in self.cells],
+                "laws": {r: law.to_dict() for r, law in self.laws.items()},
+                "laws_without_censored": {r: law.to_dict()
+                                          for r, law in self.laws_located.items()},
+                "recommendations": {r: x.to_dict() for r, x in self.recommendations.items()},
+                "backtests": {r: b.to_dict() for r, b in self.backtests.items()},
+                "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()}}
 
 
 def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: int) -> Answer:

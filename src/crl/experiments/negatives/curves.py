@@ -148,7 +148,9 @@ class CurveCell:
                 "method_reason": self.method_reason,
                 "lack_of_fit_p": None if self.lack_of_fit is None else self.lack_of_fit.p_value,
                 "tolerance_points": self.tolerance_points, "status": self.status,
-                "m_star": self.m_star, "interval": [num(self.lower), num(self.upper)],
+                "m_star": self.m_star,
+                "m_star_over_n": None if self.m_star is None else self.m_star / self.n,
+                "interval": [num(self.lower), num(self.upper)],
                 "resolution": self.resolution, "exact": self.exact,
                 "num_resamples": self.num_resamples, "reason": self.reason,
                 "per_seed": {str(s.seed): s.reading.m_star for s in self.per_seed}}

@@ -4,6 +4,7 @@ one grid point, from the study's own defaults or from the user's ``crl train`` c
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,9 +29,25 @@ class Grid:
     batch_size: int
     refine_runs: int = 0
 
+    def steps(self, n: int) -> int:
+        """Steps of a run over ``n`` anchors: ``ceil(budget / B)`` with the batch ``B`` at most
+        ``n`` (``train.max_samples``, docs/training.md)."""
+        return math.ceil(self.budget / min(self.batch_size, n))
+
     def epochs(self, n: int) -> float:
-        """Epochs over ``n`` anchors under the fixed budget of processed samples."""
-        return self.budget / n
+        """Epochs over ``n`` anchors as the runs count them (their ``epoch`` column): steps over
+        the full batches of one pass, ``floor(n / B)`` (the last partial batch is dropped).
+
+        Example:
+            >>> round(Grid((250,), (1.0,), (0,), 12_000, 128).epochs(250), 2)  # 94 steps, 1 a pass
+            94.0
+        """
+        return self.steps(n) / (n // min(self.batch_size, n))
+
+    def negatives_per_step(self, n: int, m: float) -> float:
+        """``k = B m / n``: how many of an anchor's m negatives are in one batch of ``B``
+        (GCL's moving estimate is refreshed on these; docs/negatives.md)."""
+        return min(self.batch_size, n) * m / n
 
 
 # Per data set and preset. Budgets are processed samples per run, equal for every n (the paper's

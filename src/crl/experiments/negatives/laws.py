@@ -24,13 +24,14 @@ cell at the target adds ``1.96 tau`` in quadrature.
 **Recommendation**: when the law fits, its prediction at the target n (flagged as an
 extrapolation outside the swept n); when it does not, or is untested, the measured cell nearest
 the target in ``log n``, never an extrapolated point. **Backtest**: the largest n left out and
-predicted from the rest.
+predicted from the rest (:mod:`.backtest`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import optimize, special
@@ -54,6 +55,11 @@ class Observation:
     s: float
     low: float
     high: float
+
+
+def finite(value: float | None) -> float | None:
+    """``value`` for JSON: None where it is None, infinite or NaN."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def observation(cell: CurveCell) -> Observation:
@@ -217,6 +223,18 @@ class LawFit:
     observations: tuple[Observation, ...] = field(repr=False)
     log_lik: float = field(default=math.nan, repr=False)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (open interval ends and untested values are None)."""
+        return {"regime": self.regime, "with_censored": self.with_censored,
+                "alpha": self.alpha, "intercept": self.intercept, "tau": self.tau,
+                "alpha_ci": None if self.alpha_ci is None else [finite(v) for v in self.alpha_ci],
+                "residuals": [{"n": n, "residual": r} for n, r in self.residuals],
+                "cells": len(self.observations),
+                "censored": sum(not o.located for o in self.observations),
+                "located": sum(o.located for o in self.observations),
+                "statistic": finite(self.statistic), "df": self.df, "p_value": self.p_value,
+                "verdict": self.verdict, "reason": self.reason}
+
     def predict(self, n: float) -> tuple[float, float, float] | None:
         """``(m*, low, high)`` at ``n``: the law's value with its profile interval widened by
         ``1.96 tau`` in quadrature (a new cell's spread); None when not identified."""
@@ -294,6 +312,14 @@ class Recommendation:
     extrapolation: bool
     reason: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (open ends are None)."""
+        return {"regime": self.regime, "target_n": self.target_n, "source": self.source,
+                "m": self.m, "m_over_n": None if self.m is None else self.m / self.target_n,
+                "low": finite(self.low), "high": finite(self.high),
+                "n_used": self.n_used, "extrapolation": self.extrapolation,
+                "reason": self.reason}
+
 
 def recommend(law: LawFit, cells: list[CurveCell], target_n: int) -> Recommendation:
     """The recommendation rule: the law's prediction at ``target_n`` when it fits, else the
@@ -319,51 +345,3 @@ def recommend(law: LawFit, cells: list[CurveCell], target_n: int) -> Recommendat
         why += f", only bounds m*: {near.reason}"
     return Recommendation(law.regime, target_n, "nearest cell", near.m_star, near.lower,
                           near.upper, near.n, False, why)
-
-
-@dataclass(frozen=True)
-class Backtest:
-    """The largest n predicted from the smaller ones.
-
-    Attributes:
-        regime, held_out_n: The cell left out. law: The law fitted without it.
-        predicted: ``(m*, low, high)`` from that law (None when not identified).
-        measured: ``(m* or None, lower, upper)`` of the held-out cell.
-        agrees: The predicted and measured intervals overlap (None without a prediction).
-        reason: In words.
-    """
-
-    regime: str
-    held_out_n: int
-    law: LawFit
-    predicted: tuple[float, float, float] | None
-    measured: tuple[float | None, float, float]
-    agrees: bool | None
-    reason: str
-
-
-def backtest(cells: list[CurveCell], regime: str) -> Backtest | None:
-    """Fit ``regime``'s law without its largest n, predict that cell, compare (None with no
-    cells)."""
-    mine = sorted((c for c in cells if c.regime == regime), key=lambda c: c.n)
-    if not mine:
-        return None
-    held = mine[-1]
-    law = fit_law(mine[:-1], regime)
-    predicted = law.predict(held.n)
-    measured = (held.m_star, held.lower, held.upper)
-    if predicted is None:
-        return Backtest(regime, held.n, law, None, measured, None,
-                        f"no prediction: {law.reason}")
-    if predicted[1] <= 0 or math.isinf(predicted[2]):
-        return Backtest(regime, held.n, law, predicted, measured, None,
-                        f"the prediction from n < {held.n:,} is not bounded (its interval is "
-                        f"open: {law.reason})")
-    agrees = predicted[1] <= held.upper and held.lower <= predicted[2]
-    return Backtest(regime, held.n, law, predicted, measured, agrees,
-                    f"predicted {predicted[0]:.4g} [{predicted[1]:.4g}, {predicted[2]:.4g}] "
-                    f"from n < {held.n:,} (law {law.verdict}); measured "
-                    f"{'-' if held.m_star is None else format(held.m_star, '.4g')} "
-                    f"[{held.lower:.4g}, {held.upper:.4g}]: "
-                    + ("the intervals overlap" if agrees else "the intervals do not overlap")
-                    + f" (the prediction spans a factor {predicted[2] / predicted[1]:.3g})")

@@ -1,23 +1,19 @@
-"""The second stage of ``crl study negatives``: more runs where a cell's m* interval is wide.
+"""The refinement stages of ``crl study negatives``: more runs where an m* interval is widest
+(docs/negatives.md, "Refinement").
 
-A located cell whose interval spans more than one step of its swept m, or is wider than a factor
-:data:`~crl.experiments.negatives.stats.GOOD_WIDTH`, gets runs at the geometric midpoints of the
-swept m inside its interval (for every seed it has, so the new m stay paired); when the
-bootstrap over seeds itself disagrees on m* (noise, not the grid, is the problem) it also gets
-one more seed at every m it has. Cells are served widest first, each one whole or not at all,
-until the run budget is spent. Planning is a pure function of the estimates.
+Cells are served widest first in ``log m``, whatever makes them wide (a censored cell, seed
+noise, or a grid step wider than the seeds' interval): each gets runs at m spaced evenly in
+``log m`` inside its interval (:func:`~crl.experiments.negatives.curves.where_to_refine`), with
+the same seeds for both regimes (every seed any cell has, so the regimes stay paired), each
+cell whole or not at all, until the run budget is spent. Planning is a pure function of the
+cells.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 
-from crl.experiments.negatives.stats import GOOD_WIDTH, CellEstimate
-
-#: Midpoints closer than this ratio to a swept m are not worth a run.
-MIN_STEP = 1.25
+from crl.experiments.negatives.curves import CurveCell, where_to_refine
 
 
 @dataclass(frozen=True)
@@ -31,54 +27,19 @@ class Addition:
     reason: str
 
 
-def _needs(cell: CellEstimate) -> bool:
-    if cell.status != "located":
-        return False
-    inside = [m for m in cell.ms if cell.lower < m < cell.upper]
-    return bool(inside) or cell.width > GOOD_WIDTH
-
-
-def _midpoints(cell: CellEstimate) -> list[int]:
-    span = [m for m in cell.ms if cell.lower <= m <= cell.upper]
-    out = []
-    for a, b in itertools.pairwise(span):
-        mid = round(math.sqrt(a * b))
-        if b / a >= MIN_STEP ** 2 and mid not in cell.ms and a < mid < b:
-            out.append(mid)
-    return out
-
-
-def _noisy(cell: CellEstimate) -> bool:
-    return len(set(cell.draws)) > 1
-
-
-def cell_additions(cell: CellEstimate, next_seed: int) -> list[Addition]:
-    """The runs that would narrow ``cell``'s interval (empty when it needs none)."""
-    if not _needs(cell):
-        return []
-    adds = [Addition(cell.regime, cell.n, m, s, f"m between swept values in [{cell.lower:g}, "
-                     f"{cell.upper:g}]") for m in _midpoints(cell) for s in cell.seeds]
-    if _noisy(cell):
-        adds += [Addition(cell.regime, cell.n, m, next_seed, "one more seed: the seeds "
-                          "disagree on m*") for m in cell.ms]
-    return adds
-
-
-def plan_refinement(cells: list[CellEstimate], budget: int) -> list[Addition]:
-    """The runs of the next refinement stage, at most ``budget`` of them.
-
-    Example:
-        >>> from crl.experiments.negatives.stats import CellEstimate
-        >>> cell = CellEstimate("shared", 1000, (10, 100, 1000), (0, 1), (0.1, 0.3, 0.3),
-        ...                     (0.0, 0.0, 0.0), 100, 100, 0.2, "located", 10.0, 100.0,
-        ...                     (100, 100), ("located", "located"))
-        >>> [(a.m, a.seed) for a in plan_refinement([cell], 10)]
-        [(32, 0), (32, 1)]
-    """
-    next_seed = 1 + max((s for c in cells for s in c.seeds), default=-1)
+def plan_refinement(cells: list[CurveCell], budget: int, *, points: int = 3
+                    ) -> list[Addition]:
+    """The runs of the next refinement stage, at most ``budget`` of them: ``points`` new m per
+    cell, times every seed of either regime, widest cell first."""
+    seeds = sorted({s for c in cells for s in c.seeds})
     plan: list[Addition] = []
-    for cell in sorted(cells, key=lambda c: -c.width):
-        adds = cell_additions(cell, next_seed)
-        if adds and len(plan) + len(adds) <= budget:
+    for cell in sorted(cells, key=lambda c: (-c.width_log, c.regime, c.n)):
+        where = where_to_refine([cell], points)
+        if where is None:
+            continue
+        reason = (f"widest in log m ({where.width_log:.2g}; {where.cause}): m inside "
+                  f"[{min(where.ms):,}, {max(where.ms):,}]")
+        adds = [Addition(where.regime, where.n, m, s, reason) for m in where.ms for s in seeds]
+        if len(plan) + len(adds) <= budget:
             plan.extend(adds)
     return plan

@@ -3,7 +3,6 @@ in sentences and tables."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +102,8 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
         f"Every run trains with the loss {loss['name']!r} at temperature "
         f"{loss.get('temperature')} and the {first['optim']['name']} optimiser (learning rate "
         f"{first['optim']['lr']:g}) at batch size {g.batch_size} for a fixed budget of "
-        f"{g.budget:,} processed samples, so m is independent of the batch. Both regimes are "
+        f"{g.budget:,} processed samples, so m is independent of the batch (but the k = B m / n "
+        "of an anchor's negatives that one batch holds is not: see the table). Both regimes are "
         "swept: shared (one negative set for all anchors, the CLIP setting) and independent "
         "(each anchor its own set); with m >= n - 1 every other anchor is a negative and one "
         "run serves both.",
@@ -120,9 +120,14 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
         paragraphs.append(f"Baseline: {baseline_label(data)} "
                           f"scores {study.metric} = {data['baseline']:.3f} on the same test "
                           "pairs; the curves draw it as a dashed line.")
-    rows = [[n, g.epochs(n), math.ceil(g.budget / min(g.batch_size, n)),
+    rows = [[n, g.steps(n), g.epochs(n), g.steps(n) * min(g.batch_size, n) / n,
              ", ".join(f"{max(1, round(f * n)):,} ({100 * f:g}%)" for f in g.fractions),
+             ", ".join(f"{g.negatives_per_step(n, max(1, round(f * n))):.3g}"
+                       for f in g.fractions),
              ", ".join(map(str, g.seeds))] for n in g.ns]
-    table = Table("The grid: anchors n, epochs under the budget, m swept (% of n), seeds",
-                  ["n", "epochs", "steps", "m swept (% of n)", "seeds"], rows)
+    table = Table("The grid: anchors n, steps and epochs under the budget, m swept (% of n), "
+                  "negatives per step, seeds",
+                  ["n", "steps", "epochs (the runs' epoch column: steps / floor(n / B))",
+                   "samples per anchor (steps B / n)", "m swept (% of n)",
+                   "negatives per step k = B m / n", "seeds"], rows)
     return Section("Set-up", paragraphs, tables=[table])

@@ -22,6 +22,7 @@ from crl.errors import CrlValueError
 from crl.experiments.metrics import METRICS, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
+from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.refine import plan_refinement
 from crl.experiments.negatives.setup import (
     DATA_FILE,
@@ -29,7 +30,8 @@ from crl.experiments.negatives.setup import (
     check_data,
     setup_section,
 )
-from crl.experiments.negatives.stats import REGIMES, estimate_cells
+from crl.experiments.negatives.stats import REGIMES
+from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.study import Analysis, RunSpec, Study, StudyOptions
 from crl.models.config import ModelKind
 from crl.rundir import read_json, write_json
@@ -52,7 +54,7 @@ class NegativesOptions(StudyOptions):
     config: str | None = None
     model: ModelKind | None = None
     metric: str | None = None
-    tolerance: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.01
+    tolerance: float | str = 0.01
     temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     ns: list[int] | None = None
     fractions: list[float] | None = None
@@ -67,6 +69,20 @@ class NegativesOptions(StudyOptions):
     @classmethod
     def _as_list(cls, value: Any) -> Any:
         return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _tolerance(cls, value: Any) -> float | str:
+        """A number of points stays a float (as ``study.json`` records it); a percentage stays
+        its text (``2%``)."""
+        try:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise CrlValueError("not a number or a percentage")
+            parsed = Tolerance.parse(value)
+        except CrlValueError:
+            raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
+                             "percentage of the best below 100% (e.g. 2%)") from None
+        return str(value).strip() if parsed.relative else parsed.value
 
     @field_validator("metric")
     @classmethod
@@ -106,7 +122,8 @@ class NegativesStudy(Study):
         model: Model kind (default per data set).
         metric: The summary metric (default: mean recall@1 both ways; on ``digits``
             ``probe/knn_acc``); its direction is declared in :mod:`crl.experiments.metrics`.
-        tolerance: ``delta`` of ``m*(n; delta)``, in the metric's units.
+        tolerance: ``delta`` of ``m*(n; delta)``: points of the metric (``0.01``) or a
+            percentage of the best (``"2%"``), :class:`~.tolerance.Tolerance`.
         temperature: GCL's ``tau`` (default 0.05; with ``config``, the config's).
         ns, fractions, seeds, budget, batch_size: Override the preset's grid.
         device: ``cpu`` or ``cuda`` for every run.
@@ -154,7 +171,7 @@ class NegativesStudy(Study):
         self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=o.ns,
                                         fractions=o.fractions, seeds=o.seeds, budget=o.budget,
                                         batch_size=o.batch_size, refine_runs=o.refine_runs)
-        self.tolerance = o.tolerance
+        self.tolerance = Tolerance.parse(o.tolerance)
         self.temperature = o.temperature
         self.device = o.device
         if target_n is not None and target_n < 2:
@@ -202,7 +219,8 @@ class NegativesStudy(Study):
                                            seed=seed, temperature=self.temperature,
                                            probe=probe, device=self.device)
         tags: dict[str, Any] = {"n": n, "m": m, "m_fraction": fraction, "regime": regime,
-                                "seed": seed}
+                                "seed": seed,
+                                "negatives_per_step": self.grid.negatives_per_step(n, m)}
         if stage is not None:
             tags["stage"] = stage
         return RunSpec(config, tags, label=f"n{n}-m{m}-{run_regime[:3]}-s{seed}")
@@ -237,8 +255,8 @@ class NegativesStudy(Study):
         stage = 1 + max((int(a["stage"]) for a in self.added), default=0)
         if budget <= 0 or stage > MAX_STAGES:
             return 0
-        cells = estimate_cells(self._with_metric(rows), self.metric,
-                               self.spec.higher_is_better, self.tolerance)
+        cells = curve_cells(self._with_metric(rows), self.metric, self.spec.higher_is_better,
+                            self.tolerance)
         known = {s.run_id for s in self.runs()}
         new = []
         for a in plan_refinement(cells, budget):
@@ -265,6 +283,9 @@ class NegativesStudy(Study):
             if self.metric == "recall@1":  # derived: both directions' mean
                 value = metric_value(row, "recall@1")
                 row["recall@1"] = float("nan") if value is None else value
+            if row.get("negatives_per_step") is None:  # results written before runs recorded k
+                row["negatives_per_step"] = self.grid.negatives_per_step(int(row["n"]),
+                                                                         float(row["m"]))
             out.append(row)
         return out
 
@@ -276,7 +297,7 @@ class NegativesStudy(Study):
         data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
         target = self.target_n or int(data.get("train_size") or max(self.grid.ns))
         distinct = len({r["run_id"] for r in rows})
-        facts = StudyFacts(setup_section(self, data, distinct), target,
+        facts = StudyFacts(setup_section(self, data, distinct), self.grid, target,
                            test_size=data.get("test_size"), baseline=data.get("baseline"),
                            baseline_label=baseline_label(data),
                            added=self.added)

@@ -1,221 +1,220 @@
-"""The words and tables of the negatives report: the answer for the user's n, m* per cell, the
-refinement, the power-law cross-check and the comparison with the paper (in its units)."""
+"""The sentences of the negatives report: m* per cell, the law, the recommendation in the
+user's units with its budget, the theory's prediction per regime and its verdicts, and the
+headline (docs/negatives.md, "The report"; docs/theory.md §7, "The per-regime prediction").
+
+Every number in these sentences is formatted from a value that ``analysis.json`` carries
+(tests/experiments/test_negatives_report_numbers.py walks them).
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import numpy as np
+from dataclasses import dataclass
 
 from crl.experiments.metrics import MetricSpec
+from crl.experiments.negatives.answer import Answer
+from crl.experiments.negatives.curves import CurveCell
+from crl.experiments.negatives.laws import LawFit, Recommendation
 from crl.experiments.negatives.paper import PAPER
-from crl.experiments.negatives.stats import GOOD_WIDTH, REGIMES, CellEstimate, ScalingLaw
-from crl.experiments.study import Table
-from crl.theory.scaling import CriticalMResult
+from crl.experiments.negatives.stats import REGIMES
+from crl.experiments.negatives.verdict import PREDICTED_ALPHA, interval_text
 
 
-def ci_text(ci: tuple[float, float]) -> str:
-    """An interval as text, with dashes for missing ends."""
-    return ", ".join(f"{v:.3g}" if math.isfinite(v) else "—" for v in ci)
+@dataclass(frozen=True)
+class Budget:
+    """The training every run had, and what it means at the target n.
+
+    Attributes:
+        samples: Processed samples per run. batch_size: The batch (at most n).
+        target_n: The n the recommendation is for. epochs_at_target: Passes over the target
+            n's anchors at that budget, counted as the runs count epochs (steps over full
+            batches per pass, ``floor(n / B)``).
+    """
+
+    samples: int
+    batch_size: int
+    target_n: int
+    epochs_at_target: float
 
 
 def pct(m: float, n: float) -> str:
-    """``m`` in % of ``n``."""
+    """``m`` in % of ``n`` (a dash when not finite).
+
+    Example:
+        >>> pct(25, 1000), pct(math.inf, 10)
+        ('2.5%', '—')
+    """
     return f"{100 * m / n:.3g}%" if math.isfinite(m) else "—"
 
 
-def cell_text(c: CellEstimate) -> str:
-    """What a cell says about m*, in words."""
-    if c.status == "above":
-        return f"not saturated: m* >= {c.m_star:,} ({pct(c.m_star, c.n)} of n)"
-    if c.status == "below":
-        return (f"saturated at the smallest swept m: m* <= {c.ms[0]:,} ({pct(c.ms[0], c.n)} "
-                f"of n; the best m gains {c.gain:.3g} over it)")
-    return (f"m* = {c.m_star:,} ({pct(c.m_star, c.n)} of n), 95% interval "
-            f"[{c.lower:,.0f}, {c.upper:,.0f}] ({pct(c.lower, c.n)} to {pct(c.upper, c.n)}), "
-            f"a factor {c.width:.2g}")
+def m_text(value: float | None) -> str:
+    """An m as a whole number with separators (``∞`` when open, ``—`` when missing)."""
+    if value is None:
+        return "—"
+    return "∞" if math.isinf(value) else f"{value:,.0f}"
 
 
-def recommendation(law: ScalingLaw, target_n: int, swept: tuple[int, int]) -> dict[str, Any]:
-    """m*(target_n) of one regime's law, capped at the target's other anchors."""
-    point, lo, hi = law.predict(float(target_n))
-    cap = float(max(1, target_n - 1))
-    return {"regime": law.regime, "target_n": target_n, "m": min(point, cap),
-            "low": min(lo, cap), "high": min(hi, cap), "capped": point > cap,
-            "extrapolation": not swept[0] <= target_n <= swept[1], "reason": law.reason}
+def cell_text(c: CurveCell) -> str:
+    """What a cell says about m*, in words: the reading, the seeds' interval, the curve and
+    the grid's own resolution."""
+    curve = f"{c.method} curve ({c.method_reason})"
+    grid = f"the grid steps by a factor {c.resolution:.3g} around it"
+    resamples = f"{c.num_resamples} {'exact' if c.exact else 'random'} seed resamples"
+    if c.m_star is None:
+        return f"{c.reason}; {curve}; {grid}"
+    return (f"m* = {m_text(c.m_star)} ({pct(c.m_star, c.n)} of n), 95% interval over "
+            f"{resamples} [{m_text(c.lower)}, {m_text(c.upper)}]; {curve}; {grid}")
 
 
-def recommendation_text(rec: dict[str, Any]) -> str:
-    """The answer for the user's n, in the issue's words."""
-    regime, n = rec["regime"], rec["target_n"]
-    if not math.isfinite(rec["m"]):
-        return (f"With {regime} negatives at n = {n:,}: no recommendation, the m*(n) law is "
-                f"not identified ({rec['reason']}).")
-    text = (f"With {regime} negatives at n = {n:,}, use m of about {rec['m']:,.0f} per anchor "
-            f"({pct(rec['m'], n)} of n; 95% interval [{rec['low']:,.0f}, {rec['high']:,.0f}]); "
-            "past that, more anchors help more than more negatives.")
-    if rec["capped"]:
-        text += " The law asks for more than all other anchors, so use them all."
-    if rec["extrapolation"]:
-        text += " This is an extrapolation: n lies outside the swept range."
+def law_text(law: LawFit, without: LawFit) -> str:
+    """One regime's law with and without its censored cells, and whether it fits."""
+    lead = f"{law.regime.capitalize()} sets: "
+    if law.alpha is None:
+        return lead + f"no law ({law.reason})."
+    text = (lead + f"alpha = {interval_text(law.alpha, law.alpha_ci)} over "
+            f"{len(law.observations)} cells; {law.reason}.")
+    censored = len(law.observations) - len(without.observations)
+    if censored:
+        text += (f" Without its {censored} censored cell(s): alpha = "
+                 f"{interval_text(without.alpha, without.alpha_ci)} ({without.verdict}).")
     return text
 
 
-def law_table(laws: dict[str, ScalingLaw], recs: list[dict[str, Any]]) -> Table:
-    """One alpha per regime, with its interval and the recommendation."""
-    rows = []
-    for regime, law in laws.items():
-        rec = next(r for r in recs if r["regime"] == regime)
-        rows.append([regime, law.alpha, f"[{ci_text(law.alpha_ci)}]", law.located,
-                     law.censored, law.left_out, rec["target_n"], rec["m"],
-                     f"[{ci_text((rec['low'], rec['high']))}]",
-                     "yes" if rec["extrapolation"] else "no", law.reason or "ok"])
-    return Table("m*(n) = e^c n^alpha per regime (censored cells as bounds)",
-                 ["regime", "alpha", "alpha 95% CI", "cells located",
-                  "not saturated (lower bounds)", "saturated at the smallest m (left out)",
-                  "target n", "m* at target n", "95% interval", "extrapolation", "note"], rows)
+def budget_text(budget: Budget) -> str:
+    """The training the answer holds for, restated."""
+    return (f"It holds for the training it was measured at: {budget.samples:,} samples per "
+            f"run at batch {budget.batch_size}, which at n = {budget.target_n:,} is "
+            f"{budget.epochs_at_target:.3g} epochs.")
 
 
-def cell_table(cells: list[CellEstimate], spec: MetricSpec) -> Table:
-    """m* of every (regime, n), with its runs and its status."""
-    return Table(
-        "m* per (regime, n): smallest swept m within the tolerance of the best, paired by seed",
-        ["regime", "n", "swept m", "seeds", "m*", "m* (% of n)", "95% interval (% of n)",
-         "width (factor)", f"gain of the best m over the smallest ({spec.unit})", "reading"],
-        [[c.regime, c.n, len(c.ms), len(c.seeds), c.m_star, pct(c.m_star, c.n),
-          (f"{pct(c.lower, c.n)} to {pct(c.upper, c.n)}" if c.status == "located" else
-           "censored"), c.width if c.status == "located" else "—", spec.points(c.gain),
-          cell_text(c)] for c in cells])
+def units_text(rec: Recommendation, m: float) -> str:
+    """The recommendation in the user's units."""
+    if rec.regime == "shared":
+        return (f"In practice: with in-batch negatives (CLIP, MNRL), a batch of about "
+                f"{round(m) + 1:,} (with train.micro_batch_size, micro-batches that fit your "
+                f"memory); with GCL at batch B, a shared negative set of m = {m_text(m)} "
+                "(negatives.regime shared, negatives.m).")
+    return (f"In practice: with GCL at batch B, an independent set of m = {m_text(m)} "
+            "negatives per anchor (negatives.regime independent, negatives.m).")
 
 
-def goal_text(cells: list[CellEstimate]) -> str:
-    """How many cells meet the goal (interval within a factor 2.5, or honestly censored)."""
-    good = [c for c in cells if c.informative]
-    wide = [c for c in cells if not c.informative]
-    text = (f"{len(good)} of {len(cells)} (regime, n) cells have an m* interval no wider than a "
-            f"factor {GOOD_WIDTH:g} or are censored (an honest bound).")
-    if wide:
-        text += " Too wide: " + "; ".join(
-            f"{c.regime} n = {c.n:,} (factor {c.width:.2g}: "
-            + ("the seeds disagree on m*" if len(set(c.draws)) > 1 else "the swept m are too "
-               "far apart") + ")" for c in wide) + "."
+def recommendation_text(rec: Recommendation, budget: Budget) -> str:
+    """The answer for the user's n: the value, where it comes from, its units and budget."""
+    lead = f"With {rec.regime} negatives at n = {rec.target_n:,}"
+    if rec.source == "law" and rec.m is not None:
+        text = (f"{lead}, use m of about {m_text(rec.m)} per anchor ({pct(rec.m, rec.target_n)} "
+                f"of n; 95% interval [{m_text(rec.low)}, {m_text(rec.high)}]), the prediction "
+                "of the law m*(n), which fits its cells.")
+        if rec.extrapolation:
+            text += " This is an extrapolation: n lies outside the swept range."
+        if "capped" in rec.reason:
+            text += " The law asks for more than all other anchors, so use them all."
+    elif rec.source == "nearest cell":
+        why = ("one power law does not describe these cells" if "does not fit" in rec.reason
+               else "the law is untested")
+        text = (f"{lead}: {why}, so no m is extrapolated; the measured cell nearest the target, "
+                f"n = {rec.n_used:,}, ")
+        text += (f"has m* = {m_text(rec.m)} (95% interval [{m_text(rec.low)}, "
+                 f"{m_text(rec.high)}])." if rec.m is not None else
+                 f"only bounds m* to [{m_text(rec.low)}, {m_text(rec.high)}].")
+    else:
+        return f"{lead}: no recommendation ({rec.reason})."
+    value = rec.m if rec.m is not None else rec.low if rec.low > 0 else None
+    if value is not None and math.isfinite(value):
+        text += " " + units_text(rec, value)
+    return text + " " + budget_text(budget)
+
+
+def prediction_text() -> str:
+    """The theory's prediction per regime, with its derivation."""
+    return ("The theory's prediction (docs/theory.md §7, \"The per-regime prediction\"): the "
+            "excess error is about the inner error a m^-k plus the outer error b n^-1/2, with "
+            "k = 1 for independent sets (SCRL) and k = 1/2 for a shared set (SSCRL). More "
+            "negatives stop paying when the inner term has fallen to the outer one, at m*(n) = "
+            "(a / b)^(1/k) n^(1/(2k)): alpha = 1/2 with independent sets, alpha = 1 with a "
+            "shared set, and the shared exponent larger by 1/2. Each measured alpha is judged "
+            "against its own regime's prediction: consistent (its 95% interval holds it), "
+            "contradicted (the interval excludes it) or cannot tell (the law does not fit, "
+            "or the interval is unbounded, wider than 1, or holds both predictions).")
+
+
+def confounds_text(epochs: tuple[float, float], k: tuple[float, float]) -> str:
+    """What else changes with n in this study, beside a contradiction."""
+    return ("Where the data contradict the theory, these also change with n here and may be "
+            f"the cause: the tolerance is one fixed amount for every n (the theory's balance "
+            f"moves it with n^-1/2); under the fixed budget the runs see {epochs[0]:.3g} to "
+            f"{epochs[1]:.3g} epochs; the metric (recall@1) is not the risk; and with GCL an "
+            f"anchor meets k = B m / n of its negatives per step ({k[0]:.3g} to {k[1]:.3g} "
+            "over the runs), so m and k move together. A control arm that trains one m at two "
+            "batch sizes (separating m from k) has not been run.")
+
+
+def _headline_regime(result: Answer, regime: str) -> str:
+    law = result.laws[regime]
+    rec = result.recommendations[regime]
+    verdict = result.verdicts[regime]
+    predicted = f"{PREDICTED_ALPHA[regime]:g}"
+    if law.verdict == "does not fit":
+        shape = "one power law does not describe these cells"
+    elif law.alpha is None:
+        shape = f"m*(n) not identified ({law.reason})"
+    else:
+        shape = f"m* ~ n^{interval_text(law.alpha, law.alpha_ci)} ({law.verdict})"
+    answer_part = (f"use m ≈ {m_text(rec.m)} at n = {rec.target_n:,} ("
+                   + ("the law" if rec.source == "law" else
+                      f"the nearest measured cell, n = {rec.n_used:,}") + ")"
+                   if rec.m is not None else "no point recommendation")
+    return (f"{regime}: {shape}, against the theory's {predicted}: {verdict.verdict}; "
+            f"{answer_part}")
+
+
+def headline(result: Answer, spec: MetricSpec, budget: Budget) -> str:
+    """The tolerance, each regime's law against its prediction, and the answer for the n."""
+    if not result.cells:
+        return "No finished runs to analyse."
+    if all(c.status == "below" for c in result.cells):
+        return ("On this data and budget the number of negatives made no measurable "
+                f"difference: in every (regime, n) the curve at the smallest swept m is within "
+                f"the tolerance {result.tolerance} of its top ({spec.name}), so m* <= the "
+                "smallest swept m everywhere. If the metric is near chance, train longer or "
+                "choose a metric the model can move.")
+    parts = [_headline_regime(result, r) for r in REGIMES if r in result.laws]
+    text = (f"How many negatives this data can use, within {result.tolerance} of the best "
+            f"{spec.name} (the tolerance; the report shows half and twice it), trained for "
+            f"{budget.samples:,} samples per run: " + "; ".join(parts) + ".")
+    difference = result.verdicts.get("shared - independent")
+    if difference is not None:
+        text += (f" The difference alpha_shared - alpha_independent: "
+                 f"{interval_text(difference.estimate, difference.interval)} against the "
+                 f"predicted +{difference.predicted:g}: {difference.verdict}.")
     return text
 
 
-def fit_table(fitted: CriticalMResult) -> Table:
-    """The per-cell power-law fits, with why a fit does not identify m*."""
-    return Table("Cross-check: per-cell fits of err(m) = E_inf + A m^-beta",
-                 ["regime", "n", "E_inf", "A", "beta", "beta 95% CI", "m*", "m* 95% CI",
-                  "m* (% of n)", "AIC prefers", "note"],
-                 [[f.regime, f.n, f.e_inf, f.amplitude, f.beta, f"[{ci_text(f.beta_ci)}]",
-                   f.m_star, f"[{ci_text(f.m_star_ci)}]", pct(f.m_star, f.n), f.preferred,
-                   f.reason or "ok"] for f in fitted.fits])
-
-
-def gains(cells: list[CellEstimate]) -> list[dict[str, Any]]:
-    """Seed-adjusted means at m = 10%, 40% and 100% of n (where swept), and the gains."""
-    out = []
-    for c in cells:
-        at = {}
-        for fraction in (0.1, 0.4, 1.0):
-            m = max(1, round(fraction * c.n))
-            at[fraction] = c.means[c.ms.index(m)] if m in c.ms else math.nan
-        out.append({"regime": c.regime, "n": c.n, "at_10": at[0.1], "at_40": at[0.4],
-                    "at_100": at[1.0], "gain_10_to_40": at[0.4] - at[0.1],
-                    "gain_40_to_100": at[1.0] - at[0.4]})
-    return out
-
-
-def gains_table(rows: list[dict[str, Any]], spec: MetricSpec, higher: bool) -> Table:
-    """The paper's comparison: the metric at 10/40/100% of n, gains in the paper's units."""
-    sign = 1.0 if higher else -1.0
-    return Table(f"{spec.name} at m = 10%, 40% and 100% of n, and the gains in {spec.unit}",
-                 ["regime", "n", "10%", "40%", "100%", f"gain 10→40% ({spec.unit})",
-                  f"gain 40→100% ({spec.unit})"],
-                 [[g["regime"], g["n"], sign * g["at_10"], sign * g["at_40"],
-                   sign * g["at_100"], spec.points(g["gain_10_to_40"]),
-                   spec.points(g["gain_40_to_100"])] for g in rows])
-
-
-def range_verdict(alpha: float, ci: tuple[float, float],
-                  allowed: tuple[float, float] = PAPER.alpha_range) -> str:
-    """Where the fitted alpha and its 95% interval lie against the range the theory allows: the
-    interval decides (inside it, outside it, or overlapping it: not decided by these runs)."""
-    lo, hi = ci
-    span = f"the range the theory allows ({allowed[0]:g} to {allowed[1]:g})"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"its interval is not identified, so these runs cannot place it against {span}"
-    if allowed[0] <= lo and hi <= allowed[1]:
-        return f"inside {span}"
-    if hi < allowed[0] or lo > allowed[1]:
-        return f"outside {span}, its whole interval included"
-    where = "inside" if allowed[0] <= alpha <= allowed[1] else "outside"
-    return (f"the point lies {where} {span} but its interval overlaps it: these runs neither "
-            "confirm nor rule out the theory's range")
-
-
-def comparison_text(cells: list[CellEstimate], laws: dict[str, ScalingLaw],
-                    rows: list[dict[str, Any]], spec: MetricSpec) -> list[str]:
-    """The comparison with the paper, in its units (points of the metric)."""
+def comparison_text(cells: list[CurveCell], gains: list[dict[str, float | str]],
+                    spec: MetricSpec) -> list[str]:
+    """The comparison with the paper, in its units (points of the metric), on the same
+    fractions of n as the paper's (10% to 40% and beyond)."""
     out = [f"The paper: {PAPER.citation}. Its experiment: {PAPER.setting}. It reports gains of "
            f"{PAPER.gain_10_to_40_points[0]:g} to {PAPER.gain_10_to_40_points[1]:g} points from "
            f"m = 10% to 40% of n and at most {PAPER.gain_beyond_40_points:g} points beyond, so "
-           f"m* ≈ {PAPER.saturation_fraction:g} n; its bounds put m* between sqrt(n) and n "
-           f"(alpha from {PAPER.alpha_range[0]:g} to {PAPER.alpha_range[1]:g})."]
-    first = [spec.points(g["gain_10_to_40"]) for g in rows if math.isfinite(g["gain_10_to_40"])]
-    second = [spec.points(g["gain_40_to_100"]) for g in rows
-              if math.isfinite(g["gain_40_to_100"])]
+           f"m* ≈ {PAPER.saturation_fraction:g} n."]
+    first = [spec.points(float(g["gain_10_to_40"])) for g in gains
+             if math.isfinite(float(g["gain_10_to_40"]))]
+    second = [spec.points(float(g["gain_40_to_100"])) for g in gains
+              if math.isfinite(float(g["gain_40_to_100"]))]
     if first and second:
-        out.append(f"Here, in the same units ({spec.unit} of {spec.name}): {min(first):+.2f} to "
-                   f"{max(first):+.2f} from 10% to 40% of n and {min(second):+.2f} to "
-                   f"{max(second):+.2f} from 40% to 100%, over regimes and n.")
+        out.append(f"Here, over the same fractions of n and in the same units ({spec.unit} of "
+                   f"{spec.name}): {min(first):+.2f} to {max(first):+.2f} from 10% to 40% of n "
+                   f"and {min(second):+.2f} to {max(second):+.2f} from 40% to 100%, over "
+                   "regimes and n.")
     else:
         out.append("The grid does not hold m = 10%, 40% and 100% of n for every n, so the "
                    "gains cannot be set beside the paper's.")
-    located = [c.m_star / c.n for c in cells if c.status == "located"]
+    located = [c.m_star / c.n for c in cells if c.m_star is not None]
     if located:
         out.append(f"Where m* is located, m*/n ranges over {min(located):.2f} to "
                    f"{max(located):.2f} (the paper: about {PAPER.saturation_fraction:g}).")
-    for regime, law in laws.items():
-        if math.isfinite(law.alpha):
-            out.append(f"Scaling ({regime}): alpha = {law.alpha:.2f} (95% CI "
-                       f"{ci_text(law.alpha_ci)}), {range_verdict(law.alpha, law.alpha_ci)}.")
-        else:
-            out.append(f"Scaling ({regime}): not identified ({law.reason}).")
     out.append("Our scale is far below the paper's (thousands of anchors on a CPU, not millions "
                "on GPUs), and the model and data differ, so agreement in shape, not in the "
                "exact numbers, is what to look for.")
     return out
-
-
-def headline(cells: list[CellEstimate], laws: dict[str, ScalingLaw],
-             recs: list[dict[str, Any]], spec: MetricSpec, tolerance: float) -> str:
-    """One alpha per regime with its interval, and the answer for the user's n."""
-    if not cells:
-        return "No finished runs to analyse."
-    if all(c.status == "below" for c in cells):
-        largest = spec.points(max(c.gain for c in cells))
-        return (f"On this data and budget the number of negatives made no measurable "
-                f"difference: in every (regime, n) the smallest swept m is within the tolerance "
-                f"{tolerance:g} of the best (largest gain {largest:.2g} {spec.unit} of "
-                f"{spec.name}), so m* <= the smallest swept m everywhere. If the metric is near "
-                "chance, train longer or choose a metric the model can move.")
-    parts = []
-    for regime in REGIMES:
-        law = laws.get(regime)
-        if law is None:
-            continue
-        if math.isfinite(law.alpha):
-            parts.append(f"{regime}: m* ~ n^{law.alpha:.2f} (95% CI {ci_text(law.alpha_ci)})")
-        else:
-            parts.append(f"{regime}: m*(n) not identified ({law.reason})")
-    text = f"How many negatives this data can use (within {tolerance:g} of the best " \
-           f"{spec.name}): " + "; ".join(parts) + "."
-    answers = [recommendation_text(r) for r in recs if math.isfinite(r["m"])]
-    if answers:
-        text += " " + " ".join(answers)
-    ratios = [c.m_star / c.n for c in cells if c.status == "located"]
-    if ratios:
-        text += f" Located cells put m* at {np.min(ratios):.0%} to {np.max(ratios):.0%} of n."
-    return text

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from crl.experiments.negatives.laws import LawFit
+from crl.experiments.negatives.laws import LawFit, finite
 
 #: alpha predicted per regime (docs/theory.md §7).
 PREDICTED_ALPHA = {"independent": 0.5, "shared": 1.0}
@@ -53,6 +54,14 @@ class Verdict:
     interval: tuple[float, float] | None
     verdict: str
     sentence: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (open interval ends are None)."""
+        return {"subject": self.subject, "predicted": self.predicted,
+                "estimate": self.estimate,
+                "interval": None if self.interval is None else [finite(v) for v in
+                                                                self.interval],
+                "verdict": self.verdict, "sentence": self.sentence}
 
 
 def judge(interval: tuple[float, float] | None, predicted: float,

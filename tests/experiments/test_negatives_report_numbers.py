@@ -1,0 +1,136 @@
+"""Every number in the negatives report's words comes from ``analysis.json``: the committed
+quick and full results (docs/results/negatives-*/results.csv) re-analysed, the headline and
+every paragraph walked, each number matched to a value the analysis carries (or, in the set-up,
+to the run config and data facts it quotes), to the precision it is printed at."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crl.experiments.api import load_study
+from crl.experiments.negatives.curves import LACK_OF_FIT_P
+from crl.experiments.negatives.paper import PAPER
+from crl.experiments.negatives.resample import MAX_EXACT
+from crl.experiments.negatives.setup import DATA_FILE
+from crl.experiments.negatives.theory import THEORY_FILE
+from crl.experiments.negatives.verdict import NARROW, PREDICTED_ALPHA
+from crl.experiments.results import read_results
+from crl.experiments.study import Analysis
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"
+#: Numbers that are part of the words, not measurements: 95% intervals, §7, m >= n - 1, the
+#: exponents of the theory (1/2, 1, m^-k), the paper's fractions 10/40/100% and its figures,
+#: the exact model's 2 x 6 table, and the rules' own thresholds.
+CONSTANTS = {0.0, 0.5, 1.0, 2.0, 6.0, 7.0, 10.0, 40.0, 70.0, 100.0, 95.0, 2026.0, 14.0,
+             LACK_OF_FIT_P, NARROW, float(MAX_EXACT), *PREDICTED_ALPHA.values(),
+             *PAPER.gain_10_to_40_points, PAPER.gain_beyond_40_points, PAPER.saturation_fraction}
+NUMBER = re.compile(r"(?<![\w.@])[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _leaves(value: Any) -> list[float]:
+    """Every number in a JSON value (strings excluded: sentences would match themselves)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)] if math.isfinite(value) else []
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    return []
+
+
+def _printed(token: str) -> tuple[float, float]:
+    """The value of a printed number and half a unit of its last digit."""
+    text = token.replace(",", "").lstrip("+")
+    mantissa, _, exponent = text.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    scale = 10.0 ** int(exponent or 0)
+    return abs(float(text)), 0.5 * 10.0 ** -decimals * scale * 1.001 + 1e-12
+
+
+def _unmatched(sentence: str, pool: list[float]) -> list[str]:
+    bad = []
+    for token in NUMBER.findall(sentence):
+        value, slack = _printed(token)
+        if not any(abs(value - abs(v)) <= slack for v in pool):
+            bad.append(token)
+    return bad
+
+
+@pytest.fixture(scope="module", params=["quick", "full"])
+def reanalysed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]:
+    """The committed study's results re-analysed in a copy of its directory (the committed
+    files are never touched); the exact-model cache is the full study's (same settings)."""
+    source = DOCS / f"negatives-{request.param}"
+    folder = tmp_path_factory.mktemp(request.param)
+    for name in ("study.json", DATA_FILE, "refinement.json"):
+        if (source / name).exists():
+            shutil.copy(source / name, folder / name)
+    shutil.copy(DOCS / "negatives-full" / THEORY_FILE, folder / THEORY_FILE)
+    study = load_study(folder)
+    study.load_state(folder)
+    rows = read_results(source / "results.csv")
+    analysis = study.analyze(rows, folder)
+    numbers = json.loads(json.dumps(analysis.numbers, allow_nan=False))
+    return analysis, numbers, folder, rows
+
+
+def test_every_number_in_the_words_comes_from_the_analysis(
+        reanalysed: tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]) -> None:
+    analysis, numbers, folder, rows = reanalysed
+    pool = _leaves(numbers)
+    pool += [100 * v for v in pool] + list(CONSTANTS)
+    sentences = [analysis.headline] + [p for s in analysis.sections if s.title != "Set-up"
+                                       for p in s.paragraphs]
+    bad = {s[:80]: _unmatched(s, pool) for s in sentences if _unmatched(s, pool)}
+    assert not bad, bad
+    # the set-up quotes the run config and the data's facts
+    study = load_study(folder)
+    study.load_state(folder)
+    setup = pool + _leaves(study.runs()[0].config) + _leaves(
+        json.loads((folder / DATA_FILE).read_text())) + [float(len({r["run_id"] for r in rows}))]
+    setup_section = next(s for s in analysis.sections if s.title == "Set-up")
+    bad = {s[:80]: _unmatched(s, setup) for s in setup_section.paragraphs
+           if _unmatched(s, setup)}
+    assert not bad, bad
+
+
+def test_the_set_up_counts_epochs_as_the_runs_do(
+        reanalysed: tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]) -> None:
+    analysis, numbers, _, rows = reanalysed
+    table = next(t for s in analysis.sections for t in s.tables if t.title.startswith(
+        "The grid"))
+    epochs_column = next(i for i, c in enumerate(table.columns) if c.startswith("epochs"))
+    for row in table.rows:
+        runs = {float(r["epoch"]) for r in rows if int(r["n"]) == row[0]}
+        assert runs and all(e == pytest.approx(row[epochs_column]) for e in runs), (row, runs)
+        assert numbers["budget"]["epochs"][str(row[0])] == pytest.approx(row[epochs_column])
+
+
+def test_the_report_drops_what_the_data_do_not_carry(
+        reanalysed: tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]) -> None:
+    analysis, numbers, _, _ = reanalysed
+    words = " ".join([analysis.headline] + [p for s in analysis.sections for p in s.paragraphs])
+    assert "more anchors help more than more negatives" not in words
+    assert "as the theory predicts" not in words and "neither confirm nor rule out" not in words
+    assert f"within {numbers['tolerance']['text']} of the best" in analysis.headline
+    for regime, rec in numbers["recommendations"].items():
+        assert rec["source"] in ("law", "nearest cell")
+        law = numbers["laws"][regime]
+        if law["verdict"] == "does not fit":
+            assert rec["source"] == "nearest cell"
+            assert f"{regime}: one power law does not describe these cells" in analysis.headline
+    verdicts = {v["verdict"] for v in numbers["verdicts"].values()}
+    assert verdicts <= {"consistent", "contradicted", "cannot tell"}
+    assert set(numbers["verdicts"]) == {"shared", "independent", "shared - independent"}
+    for cell in numbers["cells"]:
+        assert cell["exact"]  # at most 7 seeds: every resample enumerated
