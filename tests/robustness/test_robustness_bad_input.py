@@ -715,20 +715,24 @@ CASES: list[Case] = [
          "choose a writable --out",
          cli=lambda tmp: _study("--out", str(_under_a_file(tmp)))(tmp)),
     Case("cli-study-tolerance-negative", "CLI", "`crl study negatives --tolerance -1`",
-         CrlValueError, "study negatives: `--tolerance`: input should be greater than or equal "
-         "to 0; got -1.0", "use a tolerance >= 0 in the metric's units (nothing trained)",
+         CrlValueError, "study negatives: `--tolerance`: must be a number of points of the metric"
+         " >= 0 (e.g. 0.01) or a percentage of the best below 100% (e.g. 2%); got '-1'",
+         "use a tolerance >= 0 in the metric's units, or a percentage (nothing trained)",
          cli=_study("--tolerance", "-1")),
     Case("cli-study-tolerance-nan", "CLI", "`crl study negatives --tolerance nan`",
-         CrlValueError, "`--tolerance`: input should be a finite number; got nan",
+         CrlValueError, "`--tolerance`: must be a number of points of the metric >= 0 "
+         "(e.g. 0.01) or a percentage of the best below 100% (e.g. 2%); got 'nan'",
          "use a finite tolerance such as 0.01", cli=_study("--tolerance", "nan")),
     Case("cli-report-tolerance-text", "CLI", "`crl report DIR` whose `study.json` holds "
          "`\"tolerance\": \"x\"`", CrlValueError,
-         "study.json: options.tolerance: input should be a valid number; got 'x'",
+         "study.json: options.tolerance: must be a number of points of the metric >= 0 (e.g. 0.0"
+         "1) or a percentage of the best below 100% (e.g. 2%); got 'x'",
          "write a number (or re-run the study)",
          cli=_report_on({"data": "synthetic", "tolerance": "x"})),
     Case("cli-report-tolerance-negative", "CLI", "`crl report DIR` whose `study.json` holds "
          "`\"tolerance\": -1`", CrlValueError,
-         "study.json: options.tolerance: input should be greater than or equal to 0; got -1",
+         "study.json: options.tolerance: must be a number of points of the metric >= 0 (e.g. 0.0"
+         "1) or a percentage of the best below 100% (e.g. 2%); got -1",
          "write a tolerance >= 0", cli=_report_on({"data": "synthetic", "tolerance": -1})),
     Case("cli-report-unknown-option", "CLI", "`crl report DIR` whose `study.json` has an "
          "unknown option `tolerence`", CrlValueError,
