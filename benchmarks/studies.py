@@ -98,21 +98,21 @@ def _within(value: float | None, interval: list[float] | None) -> bool | None:
     return bool(interval[0] <= value <= interval[1])
 
 
+def _both_ways(old: dict[str, Any], new: dict[str, Any], value: str, interval: str
+               ) -> dict[str, Any]:
+    """Each key both answers hold: its two entries and whether each one's ``value`` lies in the
+    other's ``interval``."""
+    return {key: {"old": old[key], "new": new[key],
+                  "new_in_old_interval": _within(new[key][value], old[key][interval]),
+                  "old_in_new_interval": _within(old[key][value], new[key][interval])}
+            for key in sorted(set(old) & set(new))}
+
+
 def agreement(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Whether each cell's m* and each regime's alpha lie in the other's interval (both ways);
     ``agree`` is True when every comparison that both answers allow holds."""
-    cells = {}
-    for key in sorted(set(old["cells"]) & set(new["cells"])):
-        a, b = old["cells"][key], new["cells"][key]
-        cells[key] = {"old": a, "new": b,
-                      "new_in_old_interval": _within(b["m_star"], a["interval"]),
-                      "old_in_new_interval": _within(a["m_star"], b["interval"])}
-    laws = {}
-    for regime in sorted(set(old["laws"]) & set(new["laws"])):
-        a, b = old["laws"][regime], new["laws"][regime]
-        laws[regime] = {"old": a, "new": b,
-                        "new_in_old_interval": _within(b["alpha"], a["alpha_ci"]),
-                        "old_in_new_interval": _within(a["alpha"], b["alpha_ci"])}
+    cells = _both_ways(old["cells"], new["cells"], "m_star", "interval")
+    laws = _both_ways(old["laws"], new["laws"], "alpha", "alpha_ci")
     checks = [v for row in [*cells.values(), *laws.values()]
               for k, v in row.items() if k.endswith("_interval") and v is not None]
     return {"agree": all(checks), "checks": len(checks), "failed": checks.count(False),
