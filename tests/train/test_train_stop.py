@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,8 @@ _BASE = ["data.num_train=64", "data.synthetic.num_samples=120", "train.batch_siz
          "model.embed_dim=8", "model.hidden_dim=16", "eval.probe=false"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_flag(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test gets its own (unset) request flag and one torch thread."""
-    monkeypatch.setattr(stop_module, "_REQUESTED", threading.Event())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Each test gets its own (unset) stop-request flag and one torch thread (tests/train/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_stop_flag")
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:

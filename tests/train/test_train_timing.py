@@ -9,12 +9,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from crl.errors import CrlValueError
 from crl.train import TrainConfig, fit, fit_group, load_config, validate_config
@@ -29,14 +27,8 @@ _BASE = ["data.num_train=64", "data.synthetic.num_samples=120", "train.batch_siz
          "model.hidden_dim=16", "eval.probe=false"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_flag(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test gets its own (unset) stop flag and one torch thread."""
-    monkeypatch.setattr(stop_module, "_REQUESTED", threading.Event())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Each test gets its own (unset) stop-request flag and one torch thread (tests/train/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_stop_flag")
 
 
 def _checkpoints(monkeypatch: pytest.MonkeyPatch, *, seconds_per_step: float) -> list[int]:
