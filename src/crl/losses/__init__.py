@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from crl.losses.clip import ClipLoss as ClipLoss
     from crl.losses.config import GclOptions as GclOptions
     from crl.losses.config import LossConfig as LossConfig
+    from crl.losses.config import MatryoshkaOptions as MatryoshkaOptions
     from crl.losses.config import OceOptions as OceOptions
     from crl.losses.dcl import DecoupledContrastiveLoss as DecoupledContrastiveLoss
     from crl.losses.functional import OCE_PHIS as OCE_PHIS
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from crl.losses.gcl import GlobalContrastiveLoss as GlobalContrastiveLoss
     from crl.losses.infonce import InfoNCELoss as InfoNCELoss
     from crl.losses.kmeans import RelaxedKMeans as RelaxedKMeans
+    from crl.losses.matryoshka import MatryoshkaObjective as MatryoshkaObjective
     from crl.losses.objective import Objective as Objective
     from crl.losses.objective import build_objective as build_objective
     from crl.losses.oce import OCELoss as OCELoss
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "AnchorTerms": "base", "LogitScaleInit": "base", "LossContext": "base", "PairBatch": "base",
     "PairLoss": "base", "reduce_terms": "base",
-    "GclOptions": "config", "LossConfig": "config", "OceOptions": "config",
+    "GclOptions": "config", "LossConfig": "config", "MatryoshkaOptions": "config",
+    "OceOptions": "config", "MatryoshkaObjective": "matryoshka",
     "OCE_PHIS": "functional", "PAIRWISE_LOSSES": "functional", "clip_loss": "functional",
     "contrastive_risk": "functional", "info_nce": "functional", "oce_risk": "functional",
     "pairwise_risk": "functional", "relaxed_kmeans": "functional", "siglip_loss": "functional",
@@ -95,6 +98,8 @@ __all__ = [
     "LogitScaleInit",
     "LossConfig",
     "LossContext",
+    "MatryoshkaObjective",
+    "MatryoshkaOptions",
     "OCELoss",
     "Objective",
     "OceOptions",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: ``loss.name``: the registered losses (:data:`crl.losses.registry.OBJECTIVES`), in its order.
 LossName = Literal["info_nce", "clip", "siglip", "supcon", "gcl", "oce", "pairwise", "dcl"]
@@ -56,6 +56,41 @@ class OceOptions(_Section):
     alpha: float = Field(0.1, gt=0, le=1)
 
 
+class MatryoshkaOptions(_Section):
+    """Matryoshka embeddings (Kusupati et al. 2022; docs/training.md, "Matryoshka
+    embeddings"): the loss is the weighted sum of the loss on the first ``d`` coordinates of
+    each embedding, for each ``d`` of ``dims`` (renormalised when the model L2-normalises), as
+    sentence-transformers' ``MatryoshkaLoss``.
+
+    Attributes:
+        dims: The prefix dimensions, distinct, each at most the embedding dimension (include
+            it to train the full embedding too).
+        weights: One weight per dimension, in the order of ``dims`` (None: 1 each).
+    """
+
+    dims: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    weights: list[Annotated[float, Field(gt=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _paired(self) -> MatryoshkaOptions:
+        if len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"loss.matryoshka.dims must be distinct; got {self.dims}")
+        if self.weights is not None and len(self.weights) != len(self.dims):
+            raise ValueError(f"loss.matryoshka.weights must have one weight per dimension "
+                             f"({len(self.dims)}); got {len(self.weights)}")
+        return self
+
+    def pairs(self) -> list[tuple[int, float]]:
+        """``(dim, weight)`` pairs, largest dimension first (as ``MatryoshkaLoss`` sorts them).
+
+        Example:
+            >>> MatryoshkaOptions(dims=[8, 32], weights=[2.0, 1.0]).pairs()
+            [(32, 1.0), (8, 2.0)]
+        """
+        weights = self.weights or [1.0] * len(self.dims)
+        return sorted(zip(self.dims, weights, strict=True), key=lambda pair: -pair[0])
+
+
 class LossConfig(_Section):
     """The ``loss`` section: which contrastive loss, and its hyperparameters.
 
@@ -79,6 +114,7 @@ class LossConfig(_Section):
             this side (memory ``O(B·D + T²)`` instead of ``B²``; the same values and gradients);
             ``gcl`` and ``dcl`` also ask negative sets tile by tile. None: the plain path, tiles
             only above B = 2048; ``"plain"``: the plain path at any batch size.
+        matryoshka: Train prefixes of the embedding too (:class:`MatryoshkaOptions`); None: off.
     """
 
     name: LossName = "info_nce"
@@ -91,6 +127,7 @@ class LossConfig(_Section):
     kmeans_weight: float = Field(0.0, ge=0)
     kmeans_k: int | None = Field(None, ge=1)
     block_size: Annotated[int, Field(ge=1)] | Literal["plain"] | None = None
+    matryoshka: MatryoshkaOptions | None = None
 
 
-__all__ = ["GclOptions", "LossConfig", "LossName", "OceOptions"]
+__all__ = ["GclOptions", "LossConfig", "LossName", "MatryoshkaOptions", "OceOptions"]

@@ -69,6 +69,9 @@ class Objective(nn.Module):
         regulariser: The relaxed k-means regulariser, or None.
     """
 
+    #: The prefix dimensions it also trains (:class:`~crl.losses.matryoshka.MatryoshkaObjective`).
+    prefix_dims: tuple[int, ...] = ()
+
     def __init__(self, loss: PairLoss, negatives: BatchNegatives,
                  regulariser: RelaxedKMeans | None = None) -> None:
         super().__init__()
@@ -143,7 +146,8 @@ class Objective(nn.Module):
 def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples: int,
                     labels: Tensor | None = None, epochs: int | None = None,
                     num_classes: int | None = None,
-                    logit_scale: LogitScaleInit | None = None) -> Objective:
+                    logit_scale: LogitScaleInit | None = None,
+                    normalized: bool = True) -> Objective:
     """The training objective of a run's ``loss`` and ``negatives`` sections, chosen once.
 
     Args:
@@ -156,9 +160,12 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
         num_classes: Classes of the data (the k-means regulariser's default ``k``).
         logit_scale: CLIP's logit scale settings (the ``model`` section's
             ``init_logit_scale``, ``max_logit_scale``, ``learn_logit_scale``); None: CLIP's.
+        normalized: The embeddings are L2-normalised (``model.normalize``): with
+            ``loss.matryoshka``, each prefix is normalised again.
 
     Returns:
-        The :class:`Objective`.
+        The :class:`Objective`; with ``loss.matryoshka``, a
+        :class:`~crl.losses.matryoshka.MatryoshkaObjective` of one per prefix.
 
     Raises:
         CrlValueError: for ``exclude_same_label`` without labels, or ``m > n``.
@@ -179,8 +186,19 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
     regulariser = None
     if loss.kmeans_weight > 0:
         regulariser = RelaxedKMeans(loss.kmeans_weight, loss.kmeans_k or num_classes or 10)
-    return Objective(loss_class(loss.name).from_config(loss, context),
-                             BatchNegatives(sets, negatives.exclude_same_label), regulariser)
+    batch_negatives = BatchNegatives(sets, negatives.exclude_same_label)
+
+    def one() -> Objective:
+        return Objective(loss_class(loss.name).from_config(loss, context), batch_negatives,
+                         regulariser)
+
+    if loss.matryoshka is None:
+        return one()
+    from crl.losses.matryoshka import MatryoshkaObjective  # it imports this module
+
+    pairs = loss.matryoshka.pairs()
+    return MatryoshkaObjective([one() for _ in pairs], [d for d, _ in pairs],
+                               [w for _, w in pairs], normalize=normalized)
 
 
 __all__ = ["BatchNegatives", "Objective", "build_objective"]

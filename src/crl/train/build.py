@@ -118,10 +118,11 @@ def run_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | Non
                   epochs: int, num_classes: int | None) -> Objective:
     """:func:`crl.losses.build_objective` of a run config: its ``loss`` and ``negatives``
     sections, with the ``model`` section's logit-scale settings (CLIP's scale lives in the
-    objective)."""
+    objective) and whether it L2-normalises (Matryoshka prefixes are normalised again)."""
     return losses.build_objective(config.loss, config.negatives, num_samples=num_samples,
                                   labels=labels, epochs=epochs, num_classes=num_classes,
-                                  logit_scale=LogitScaleInit.of(config.model))
+                                  logit_scale=LogitScaleInit.of(config.model),
+                                  normalized=config.model.normalize)
 
 
 @dataclass
