@@ -9,11 +9,16 @@ exports as one asymmetric model: sentence-transformers' ``Router`` sends ``encod
 tower ``a`` and ``encode_document`` (and a plain ``encode``) to tower ``b``.
 ``SentenceTransformer(OUT)`` then loads it offline and gives the run's own embeddings
 (docs/data.md, "Export").
+
+A model trained with ``loss.matryoshka`` is tagged ``matryoshka`` and its model card
+(``README.md``) lists the trained prefix dimensions, with how to load it at one of them
+(``SentenceTransformer(OUT, truncate_dim=d)``; docs/training.md, "Matryoshka embeddings").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -112,8 +117,32 @@ def _tower_modules(model: DualEncoder, tower: Literal["a", "b"], model_dir: Path
     return modules
 
 
+def matryoshka_card(dims: Sequence[int], full: int) -> str:
+    """The model card's section on the Matryoshka prefix dimensions ``dims`` of a model whose
+    embeddings have ``full`` dimensions (Markdown).
+
+    Example:
+        >>> print(matryoshka_card([384, 64], 384).splitlines()[2])
+        Trained with Matryoshka prefixes (crl's `loss.matryoshka`) at dimensions 384, 64:
+    """
+    listed = ", ".join(str(d) for d in sorted(dims, reverse=True))
+    smallest = min(dims)
+    return (
+        "## Matryoshka dimensions\n\n"
+        f"Trained with Matryoshka prefixes (crl's `loss.matryoshka`) at dimensions {listed}:\n"
+        f"the first `d` of the {full} coordinates of an embedding are an embedding on their\n"
+        "own. Load the model at one of them with\n\n"
+        "```python\n"
+        "from sentence_transformers import SentenceTransformer\n\n"
+        f'model = SentenceTransformer("path/to/this/model", truncate_dim={smallest})\n'
+        "```\n\n"
+        "and compare truncated embeddings by cosine similarity (`model.similarity`): they are\n"
+        "not unit length. Dimensions other than these were not trained.\n")
+
+
 def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_dir: Path,
-                                 tower: ExportTower = "both") -> Path:
+                                 tower: ExportTower = "both",
+                                 matryoshka_dims: Sequence[int] = ()) -> Path:
     """Write ``model`` as a sentence-transformers directory at ``out``.
 
     The directory is written beside ``out`` under a temporary name and renamed into place, so
@@ -126,6 +155,8 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
         tower: ``both`` (the default: a shared tower as it is, two towers as one asymmetric
             model with ``encode_query`` / ``encode_document``), ``a`` (queries) or ``b``
             (documents).
+        matryoshka_dims: The prefix dimensions the model was trained at (``loss.matryoshka``):
+            a ``matryoshka`` tag and a card section (:func:`matryoshka_card`); empty: none.
 
     Returns:
         ``out`` as a path.
@@ -143,6 +174,14 @@ def export_sentence_transformers(model: DualEncoder, out: str | Path, *, model_d
                             "choose another OUT")
     modules = sentence_transformer_modules(model, tower=check_tower(tower), model_dir=model_dir)
     st = SentenceTransformer(modules=modules, device="cpu")
+    if matryoshka_dims:
+        st.model_card_data.add_tags(["matryoshka"])
     with atomic_directory(out) as staging:  # renamed into place, or removed on any error
         st.save(str(staging), safe_serialization=True)
+        if matryoshka_dims:
+            card = Path(staging) / "README.md"
+            text = card.read_text(encoding="utf-8") if card.exists() else ""
+            full = st.get_embedding_dimension() or max(matryoshka_dims)
+            card.write_text(text.rstrip("\n") + "\n\n" + matryoshka_card(matryoshka_dims, full),
+                            encoding="utf-8")
     return out

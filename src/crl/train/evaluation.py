@@ -4,7 +4,7 @@ from its directory (:func:`evaluate_run`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from crl.eval import (
     retrieval_metrics,
     uniformity,
 )
+from crl.eval.prefixes import prefix_retrieval_metrics
 from crl.models import DualEncoder
 from crl.models.encode import encode_hard_negatives
 from crl.rundir import CHECKPOINT_FILE, EVAL_FILE, write_json
@@ -68,7 +69,8 @@ def probe_features(model: DualEncoder, dataset: Any, *, batch_size: int,
 
 def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: float,
              train_split: Any | None = None, device: torch.device | str = "cpu",
-             train_features: tuple[Tensor, Tensor] | None = None) -> dict[str, float]:
+             train_features: tuple[Tensor, Tensor] | None = None,
+             prefix_dims: Sequence[int] = ()) -> dict[str, float]:
     """The metrics of the ``eval`` section on one split.
 
     Args:
@@ -79,11 +81,14 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
         train_split: The training split (prepared), for the probes; None: no probes.
         device: Where the model runs.
         train_features: Already computed ``(probe features, labels)`` of the training split.
+        prefix_dims: Matryoshka prefix dimensions (the objective's ``prefix_dims``): retrieval
+            metrics at each one too (:func:`~crl.eval.prefixes.prefix_retrieval_metrics`).
 
     Returns:
-        ``retrieval/...``, ``geometry/alignment``, ``geometry/uniformity``,
-        ``risk/contrastive``, and for labelled data ``probe/linear_acc``,
-        ``probe/linear_balanced_acc``, ``probe/knn_acc``, ``probe/knn_balanced_acc``.
+        ``retrieval/...`` (and ``retrieval_dim{d}/...`` for each prefix),
+        ``geometry/alignment``, ``geometry/uniformity``, ``risk/contrastive``, and for labelled
+        data ``probe/linear_acc``, ``probe/linear_balanced_acc``, ``probe/knn_acc``,
+        ``probe/knn_balanced_acc``.
     """
     za, zb = encode_split(model, split, batch_size=cfg.batch_size, device=device)
     out: dict[str, float] = {}
@@ -91,6 +96,8 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
         zh = (encode_hard_negatives(model, split, batch_size=cfg.batch_size, device=device)
               if cfg.hard_negatives else None)  # (N, H, D) or None
         out.update(retrieval_metrics(za, zb, ks=cfg.ks, block_size=cfg.block_size, hard=zh))
+        out.update(prefix_retrieval_metrics(za, zb, prefix_dims, normalize=model.normalize,
+                                            ks=cfg.ks, block_size=cfg.block_size, hard=zh))
     if cfg.geometry:
         out["geometry/alignment"] = alignment(za, zb)
         out["geometry/uniformity"] = 0.5 * (uniformity(za, block_size=cfg.block_size)
@@ -152,7 +159,8 @@ def evaluate_run(run_dir: str | Path, *, split: str = "test", device: str | None
         raise CrlValueError(f"evaluate_run: the {split} split has fewer than 2 items")
     metrics = evaluate(built.model, dataset, config.eval,
                        temperature=built.objective.temperature(),
-                       train_split=built.train_ds, device=target)
+                       train_split=built.train_ds, device=target,
+                       prefix_dims=built.objective.prefix_dims)
     write_json(run_dir / EVAL_FILE, {"run_id": config_hash(config), "step": int(state["step"]),
                                      "split": split, "metrics": metrics})
     return metrics

@@ -119,9 +119,10 @@ def export_run(run_dir: str | Path, out: str | Path, *,
             f"export: only models of kind 'transformer' export to {format}; the run "
             f"{run_dir} trained kind {trained.config.model.kind!r}"
         )
+    matryoshka = trained.config.loss.matryoshka
     return export_sentence_transformers(
         trained.model, out, model_dir=resolve_model_dir(trained.config.model.pretrained),
-        tower=tower)
+        tower=tower, matryoshka_dims=matryoshka.dims if matryoshka is not None else ())
 
 
 def encode_file(run_dir: str | Path, file: str | Path, out: str | Path, *, view: View = "a",

@@ -200,7 +200,8 @@ class TrainingRun:
             lambda: evaluate(built.model, dataset, self.config.eval,
                              temperature=built.objective.temperature(),
                              train_split=built.train_ds, device=self.device,
-                             train_features=train_features),
+                             train_features=train_features,
+                             prefix_dims=built.objective.prefix_dims),
             name=name, step=self.step, epoch=self.epoch(self.step), final=final)
 
     def checkpoint(self) -> None:
