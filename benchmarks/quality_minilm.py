@@ -20,7 +20,13 @@ code and code -> docstring, among those pairs):
 - ``crl_gcl_b16_tau07`` (optional): GCL at batch 16 at temperature 0.07, the temperature the
   CLIP loss trains at (its learnable scale starts at 1/0.07 and barely moves at lr 2e-5);
 - ``crl_gcl_pos_b16`` (optional): GCL at batch 16 with ``loss.gcl.include_positive: true`` (the
-  InfoNCE form; on a first visit, InfoNCE's gradient), temperature 0.05.
+  InfoNCE form; on a first visit, InfoNCE's gradient), temperature 0.05;
+- ``crl_clip_b64_matryoshka`` (optional): ``crl_clip_b64`` with ``loss.matryoshka`` at
+  :data:`MATRYOSHKA_DIMS` (weights 1), sentence-transformers' usual prefixes of a 384-dim model.
+
+Every crl entry also reports ``prefix_metrics``: the retrieval metrics of the first ``d``
+coordinates (renormalised) for each ``d`` of :data:`MATRYOSHKA_DIMS`, so the Matryoshka entry
+and the plain one compare at each prefix.
 
 Prints one JSON line. Driven by ``benchmarks/quality.py --minilm``; alone:
 
@@ -48,10 +54,12 @@ from crl.data import load_data
 from crl.data.base import TextPairDataset
 from crl.data.config import DataConfig
 from crl.eval import retrieval_metrics, retrieval_ranks
+from crl.eval.prefixes import prefix_retrieval_metrics
 from crl.models.text import minilm_model_dir
 
 ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16", "crl_clip_b16",
-           "crl_gcl_b16_tau07", "crl_gcl_pos_b16")
+           "crl_gcl_b16_tau07", "crl_gcl_pos_b16", "crl_clip_b64_matryoshka")
+MATRYOSHKA_DIMS = (384, 256, 128, 64)
 MAX_SEQ_LENGTH = 128
 LR = 2e-5
 WARMUP = 0.1
@@ -138,16 +146,18 @@ def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
 
 
 def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.05,
-               include_positive: bool = False) -> dict[str, Any]:
+               include_positive: bool = False, matryoshka: bool = False) -> dict[str, Any]:
     """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``);
     ``temperature`` and ``include_positive`` are GCL's (the CLIP loss learns its scale from
-    1/0.07)."""
+    1/0.07); ``matryoshka``: ``loss.matryoshka`` at :data:`MATRYOSHKA_DIMS`."""
     steps = train_pairs // batch
     loss_section: dict[str, Any] = ({"name": "clip"} if loss == "clip" else
                                     {"name": "gcl", "temperature": temperature,
                                      "symmetric": True})
     if include_positive:
         loss_section["gcl"] = {"include_positive": True}
+    if matryoshka:
+        loss_section["matryoshka"] = {"dims": list(MATRYOSHKA_DIMS)}
     return {
         "data": {"name": "pycode", "num_train": train_pairs},
         "model": {"kind": "transformer", "max_seq_length": MAX_SEQ_LENGTH, "pooling": "mean"},
@@ -162,7 +172,8 @@ def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.0
 
 
 def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
-              temperature: float = 0.05, include_positive: bool = False) -> dict[str, Any]:
+              temperature: float = 0.05, include_positive: bool = False,
+              matryoshka: bool = False) -> dict[str, Any]:
     """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored."""
     import yaml
 
@@ -175,7 +186,7 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
     steps = train_pairs // batch
     with tempfile.TemporaryDirectory(prefix="crl-quality-") as tmp:
         path = Path(tmp) / "config.yaml"
-        config = crl_config(loss, batch, train_pairs, temperature, include_positive)
+        config = crl_config(loss, batch, train_pairs, temperature, include_positive, matryoshka)
         path.write_text(yaml.safe_dump(config))
         cfg = load_config(path)
         wall = time.perf_counter()
@@ -189,9 +200,10 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
     built.model.load_state_dict(state["model"])
     za, zb = encode_split(built.model, built.model.prepare(test), batch_size=64)
     scores, hits = _scored(za, zb)
+    prefixes = prefix_retrieval_metrics(za, zb, MATRYOSHKA_DIMS, normalize=True, ks=list(KS))
     return {"train_seconds": train_seconds, "steps": result.step,
             "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
-            "config": config, "metrics": scores,
+            "config": config, "metrics": scores, "prefix_metrics": prefixes,
             "hits@1": hits,
             "last_log": json.loads(lines[-1]) if lines else None}
 
@@ -211,6 +223,8 @@ def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
         return crl_entry("gcl", 16, train_pairs, test_pairs, temperature=0.07)
     if entry == "crl_gcl_pos_b16":
         return crl_entry("gcl", 16, train_pairs, test_pairs, include_positive=True)
+    if entry == "crl_clip_b64_matryoshka":
+        return crl_entry("clip", 64, train_pairs, test_pairs, matryoshka=True)
     raise SystemExit(f"unknown entry {entry!r}; choose from {', '.join(ENTRIES)}")
 
 

@@ -548,6 +548,15 @@ CASES: list[Case] = [
          api=lambda tmp: lambda: __import__("crl.train", fromlist=["x"]).fit(
              _tiny("negatives.regime=shared", "negatives.m=1000"), tmp / "run",
              progress=False)),
+    Case("matryoshka-repeated-dim", "API", "`--set loss.matryoshka.dims=[2, 2]`",
+         CrlValueError, "loss.matryoshka: dims must be distinct; got [2, 2]",
+         "list each prefix dimension once", api=_config_api("loss.matryoshka.dims=[2, 2]")),
+    Case("matryoshka-dim-above-embedding", "API", "`loss.matryoshka.dims=[8, 1]` for "
+         "2-dimensional embeddings", CrlValueError,
+         "loss.matryoshka.dims must be at most the embedding dimension D = 2; got [8, 1]",
+         "use prefix dimensions up to model.embed_dim",
+         api=lambda tmp: lambda: __import__("crl.train", fromlist=["x"]).fit(
+             _tiny("loss.matryoshka.dims=[8, 1]"), tmp / "run", progress=False)),
     # --- data files ---------------------------------------------------------------------------
     Case("missing-data-file", "API", "a `files` data path that does not exist",
          FileNotFoundError, "files: no such file", "check the path",

@@ -74,9 +74,9 @@ class MatryoshkaOptions(_Section):
     @model_validator(mode="after")
     def _paired(self) -> MatryoshkaOptions:
         if len(set(self.dims)) != len(self.dims):
-            raise ValueError(f"loss.matryoshka.dims must be distinct; got {self.dims}")
+            raise ValueError(f"dims must be distinct; got {self.dims}")
         if self.weights is not None and len(self.weights) != len(self.dims):
-            raise ValueError(f"loss.matryoshka.weights must have one weight per dimension "
+            raise ValueError(f"weights must have one weight per dimension "
                              f"({len(self.dims)}); got {len(self.weights)}")
         return self
 

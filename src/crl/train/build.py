@@ -139,6 +139,22 @@ class BuiltRun:
     total_steps: int
 
 
+def _check_prefixes(dims: list[int], model: DualEncoder, train_ds: Any,
+                    device: torch.device) -> None:
+    """``loss.matryoshka.dims`` against the embedding dimension (one pair encoded, in eval
+    mode), before anything is trained or written."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            width = int(model.encode_a(train_ds.eval_views()[0][:1].to(device)).shape[-1])
+    finally:
+        model.train(was_training)
+    if max(dims) > width:
+        raise CrlValueError(f"loss.matryoshka.dims must be at most the embedding dimension "
+                            f"D = {width}; got {dims}")
+
+
 def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
     """Load the data, build the model (seeded by ``train.seed``) and the objective.
 
@@ -157,6 +173,8 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
         raise CrlValueError(f"train.batch_size must be at most the number of training pairs "
                             f"n = {n}; got {config.train.batch_size}")
     total = config.train.total_steps(n)
+    if config.loss.matryoshka is not None:
+        _check_prefixes(config.loss.matryoshka.dims, model, train_ds, device)
     objective = run_objective(config, num_samples=n, labels=train_ds.labels,
                               epochs=math.ceil(total / per_epoch),
                               num_classes=splits.info.num_classes).to(device)

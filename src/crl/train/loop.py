@@ -45,7 +45,7 @@ def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             preemptible jobs); ``fit(..., resume=True)`` continues it.
 
     Returns:
-        A :class:`~crl.train.trainer.RunResult`.
+        A :class:`~crl.train.resume.RunResult`.
 
     Raises:
         CrlError: on a non-empty run directory without ``resume``, a corrupt checkpoint, or a

@@ -1,5 +1,5 @@
-"""Progress display of a run: a rich progress bar (step, loss, samples/s, ETA) on a terminal,
-nothing otherwise; and optional TensorBoard event files."""
+"""Progress display of a run: a rich progress bar (step, loss and its smoothed value,
+samples/s, ETA) on a terminal, nothing otherwise; and optional TensorBoard event files."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class TrainProgress:
 
     Example:
         >>> with TrainProgress(total=10, start=0, batch_size=4, enabled=False) as bar:
-        ...     bar.update(1, loss=0.5)
+        ...     bar.update(1, loss=0.5, smoothed=0.6)
         >>> bar.samples_per_second >= 0
         True
     """
@@ -47,21 +47,25 @@ class TrainProgress:
 
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} samples/s"),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("ema {task.fields[ema]}"),
+                TextColumn("{task.fields[rate]} samples/s"),
                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                 console=Console(stderr=True), transient=False)
             self._progress.__enter__()
             self._task = self._progress.add_task(self.description, total=self.total,
-                                                 completed=self.start, loss="-", rate="-")
+                                                 completed=self.start, loss="-", ema="-",
+                                                 rate="-")
         return self
 
-    def update(self, step: int, *, loss: float) -> None:
-        """Record that ``step`` (global) is done with training loss ``loss``."""
+    def update(self, step: int, *, loss: float, smoothed: float | None = None) -> None:
+        """Record that ``step`` (global) is done with training loss ``loss`` (the batch's) and
+        ``smoothed`` (its moving average, ``train/loss_ema``; None: not shown)."""
         self._steps += 1
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
         self.samples_per_second = self._steps * self.batch_size / elapsed
         if self._progress is not None:
             self._progress.update(self._task, completed=step, loss=f"{loss:.4f}",
+                                  ema="-" if smoothed is None else f"{smoothed:.4f}",
                                   rate=f"{self.samples_per_second:,.0f}")
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -18,7 +18,6 @@ import contextlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,10 +28,10 @@ from torch.utils.data._utils.collate import default_collate
 
 from crl import __version__, distributed
 from crl.env import environment_info
-from crl.errors import CrlError, CrlValueError, StaleRunError
+from crl.errors import CrlValueError
 from crl.losses import Objective
 from crl.models import DualEncoder
-from crl.rundir import CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, read_json
+from crl.rundir import CHECKPOINT_FILE
 from crl.train.build import (
     BuiltRun,
     build_optimizer,
@@ -41,61 +40,17 @@ from crl.train.build import (
     sparse_parameters,
     trainable,
 )
-from crl.train.checkpoint import load_checkpoint, rng_state, set_rng_state
+from crl.train.checkpoint import rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash
 from crl.train.evaluation import evaluate, probe_features
 from crl.train.progress import TrainProgress
+from crl.train.resume import RunResult, open_run
 from crl.train.sampler import build_sampler
+from crl.train.smoothing import LossSmoother
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
 from crl.train.stop import check_stop
 from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
 from crl.train.writer import RunWriter
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What :func:`crl.train.fit` returns (one per run for :func:`crl.train.fit_group`).
-
-    Attributes:
-        run_dir: The run directory.
-        summary: The final metrics (the content of ``summary.json``); empty when the run stopped
-            early at ``stop_at``.
-        step: The last completed optimiser step.
-        finished: True when the whole budget ran and ``summary.json`` was written.
-    """
-
-    run_dir: Path
-    summary: dict[str, Any]
-    step: int
-    finished: bool
-
-
-def open_run(run_dir: Path, run_id: str,
-             resume: bool) -> tuple[RunResult | None, dict[str, Any] | None]:
-    """The finished run to return as is, or the checkpoint to resume from (or None).
-
-    Raises:
-        CrlError: for a run directory that holds a run, without ``resume``.
-        StaleRunError: for a finished run or checkpoint of another config or crl version.
-    """
-    if resume and (run_dir / SUMMARY_FILE).exists():
-        done = read_json(run_dir / SUMMARY_FILE)
-        if done.get("run_id") != run_id:
-            raise StaleRunError(f"resume: {run_dir} holds the finished run "
-                                f"{done.get('run_id')}, not this config ({run_id}); choose "
-                                "another --out")
-        return RunResult(run_dir, done, int(done["step"]), True), None
-    if resume:
-        path = run_dir / CHECKPOINT_FILE
-        return None, (load_checkpoint(path, config_hash=run_id) if path.exists() else None)
-    busy = [name for name in (METRICS_FILE, CHECKPOINT_FILE, SUMMARY_FILE)
-            if (run_dir / name).exists()]
-    if busy:
-        raise CrlError(
-            f"run directory {run_dir} already holds {', '.join(busy)}; pass --resume "
-            "(resume=True) to continue or finish it, or choose another --out"
-        )
-    return None, None
 
 
 @dataclass
@@ -120,6 +75,7 @@ class TrainingRun:
     log: dict[str, Any] = field(default_factory=dict)
     last_checkpoint: int | None = None
     spent: Spent = field(default_factory=Spent)
+    smoother: LossSmoother = field(default_factory=LossSmoother)
 
     @property
     def model(self) -> DualEncoder:
@@ -167,6 +123,7 @@ class TrainingRun:
         set_rng_state(checkpoint["rng"])
         self.step = self.last_checkpoint = int(checkpoint["step"])
         self.log = dict(checkpoint.get("last_log", {}))
+        self.smoother.load_state_dict(checkpoint.get("loss_smoothing"))
 
     def epoch(self, at: int) -> float:
         """The (fractional) epoch after ``at`` steps."""
@@ -181,16 +138,18 @@ class TrainingRun:
                 "scheduler": self.scheduler.state_dict(), "rng": rng_state(), "step": at,
                 "epoch": at // per_epoch, "position": at % per_epoch,
                 "config": self.config.model_dump(mode="json"), "config_hash": self.run_id,
-                "crl_version": __version__, "last_log": dict(self.log)}
+                "crl_version": __version__, "last_log": dict(self.log),
+                "loss_smoothing": self.smoother.state_dict()}
 
     def update(self, loss: float, logs: dict[str, float]) -> None:
         """The optimiser step on the gradients a step strategy left (:func:`apply_gradients`),
-        and the step's log record."""
+        and the step's log record (the raw loss and its smoothed values,
+        :mod:`crl.train.smoothing`)."""
         logs = apply_gradients(self.built.objective, self.optimizer, self.scheduler, logs,
                                grad_clip=self.config.optim.grad_clip, step=self.step)
         self.step += 1
         self.log = {"step": self.step, "epoch": self.epoch(self.step), "train/loss": loss,
-                    **logs}
+                    **self.smoother.add(loss), **logs}
 
     def evaluate(self, dataset: Any, name: str, *, final: bool = False,
                  train_features: Any = None) -> dict[str, float]:
@@ -256,6 +215,7 @@ class Trainer:
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
         >>> from crl.train import load_config
         >>> from crl.train.steps import build_step
         >>> cfg = load_config("synthetic-gaussian", ["train.steps=2", "data.num_train=64",
@@ -312,7 +272,8 @@ class Trainer:
                                 run.update(loss, logs)
                     except NonFiniteLossError as exc:
                         raise self._stopped(exc) from None
-                    bar.update(lead.step, loss=losses[0][0])
+                    bar.update(lead.step, loss=losses[0][0],
+                               smoothed=lead.log["train/loss_ema"])
                     self._after_step(stop)
                     if lead.step >= stop:
                         break
@@ -342,6 +303,7 @@ class Trainer:
         if at % cfg.log_every == 0 or at == total:
             for run in self.runs:
                 run.writer.record(run.log)
+                run.smoother.recorded()
         if cfg.eval_every and at % cfg.eval_every == 0 and lead.built.val_ds is not None \
                 and at < total:
             self.evaluate()
