@@ -24,6 +24,7 @@ from crl._unpickling import refused_request, unpickler_reason
 from crl.errors import CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
+from crl.models.frozen_cache import FrozenOutputs, check_supported, layer_owner, top_forward
 from crl.models.towers import Tower, projection_head
 
 Pooling = Literal["mean", "cls"]
@@ -204,6 +205,9 @@ class TransformerEncoder(nn.Module):
                 frozen.append(embeddings)
             for module in frozen:
                 module.requires_grad_(False)
+        self.freeze_layers = int(freeze_layers)
+        self.frozen_outputs: FrozenOutputs | None = None
+        self._model_dir = str(model_dir)
         if gradient_checkpointing:  # transformers >= 5 names it activation checkpointing
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             if enable is not None:
@@ -212,11 +216,38 @@ class TransformerEncoder(nn.Module):
                 self.model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False})
 
+    def cache_frozen(self, outputs: FrozenOutputs | None = None) -> FrozenOutputs:
+        """Compute the frozen embeddings and first ``freeze_layers`` layers once per text from
+        now on (:mod:`crl.models.frozen_cache`: without dropout; the top layers train as
+        before); ``outputs``: a cache to share with encoders of the same pretrained directory
+        and ``freeze_layers``.
+
+        Raises:
+            CrlValueError: without frozen layers, for a model type the cache does not serve,
+                or for ``outputs`` of another model or ``freeze_layers``.
+        """
+        check_supported(self.model, self.freeze_layers)
+        identity = (self._model_dir, self.freeze_layers)
+        outputs = FrozenOutputs(identity) if outputs is None else outputs
+        if outputs.identity != identity:
+            raise CrlValueError(f"cache_frozen: `outputs` holds the states of {outputs.identity}"
+                                f"; this encoder is {identity}")
+        self.frozen_outputs = outputs
+        return outputs
+
     def forward(self, x: Tensor) -> Tensor:
         ids, mask = x[:, 0], x[:, 1]  # (B, L) each
         width = max(int(mask.sum(dim=1).max()), 1) if mask.numel() else 1
         ids, mask = ids[:, :width].long(), mask[:, :width].long()  # this batch's longest text
-        hidden: Tensor = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden: Tensor
+        if self.frozen_outputs is not None:
+            layers = _layers(self.model)
+            owner = layer_owner(self.model, _LAYER_PATHS)
+            bottom, top = layers[:self.freeze_layers], layers[self.freeze_layers:]
+            states = self.frozen_outputs.states(self.model, bottom, owner, ids, mask)
+            hidden = top_forward(self.model, top, owner, states, mask)  # (B, W, hidden)
+        else:
+            hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]  # (B, hidden)
         weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
