@@ -5,6 +5,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from tiny_bert import WORDS
 
 

@@ -56,6 +56,25 @@ class OceOptions(_Section):
     alpha: float = Field(0.1, gt=0, le=1)
 
 
+class GuideOptions(_Section):
+    """A guide model against false negatives (GISTEmbed; docs/training.md, "False negatives:
+    the guide").
+
+    Attributes:
+        model: ``minilm``, a run directory written by ``crl train``, or a sentence-transformers
+            model directory: it scores the training pairs once, frozen.
+        margin: In-batch and hard negatives that the guide scores above the positive's score
+            minus this (``absolute``) or minus ``|score| * margin`` (``relative``) are masked.
+        margin_strategy: ``absolute`` or ``relative``, as ``GISTEmbedLoss``.
+        batch_size: Texts per forward pass of the guide.
+    """
+
+    model: str = Field(min_length=1)
+    margin: float = 0.0
+    margin_strategy: Literal["absolute", "relative"] = "absolute"
+    batch_size: int = Field(64, ge=1)
+
+
 class LossConfig(_Section):
     """The ``loss`` section: which contrastive loss, and its hyperparameters.
 
@@ -79,6 +98,7 @@ class LossConfig(_Section):
             this side (memory ``O(B·D + T²)`` instead of ``B²``; the same values and gradients);
             ``gcl`` and ``dcl`` also ask negative sets tile by tile. None: the plain path, tiles
             only above B = 2048; ``"plain"``: the plain path at any batch size.
+        guide: A guide model whose false negatives are masked (info_nce, clip, gcl); None: none.
     """
 
     name: LossName = "info_nce"
@@ -91,6 +111,7 @@ class LossConfig(_Section):
     kmeans_weight: float = Field(0.0, ge=0)
     kmeans_k: int | None = Field(None, ge=1)
     block_size: Annotated[int, Field(ge=1)] | Literal["plain"] | None = None
+    guide: GuideOptions | None = None
 
 
-__all__ = ["GclOptions", "LossConfig", "LossName", "OceOptions"]
+__all__ = ["GclOptions", "GuideOptions", "LossConfig", "LossName", "OceOptions"]

@@ -79,7 +79,8 @@ class MiningOptions:
                     or self.max_score is not None)
         range_max = self.range_max
         if range_max is None:
-            range_max = self.range_min + self.num_negatives * (10 if filtered else 1) + max_positives
+            per = 10 if filtered else 1  # room for candidates the filters drop
+            range_max = self.range_min + self.num_negatives * per + max_positives
         if self.range_min >= range_max:
             raise CrlValueError(f"mine: `range_min` must be smaller than `range_max`; got "
                                 f"range_min={self.range_min}, range_max={range_max}")
