@@ -172,6 +172,8 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
     first built in full, the others sharing its data and a copy of its initial model (the same
     seed and model config: the same weights) with their own objective, unless building that
     objective draws random numbers (then in full too)."""
+    if any(config.loss.guide is not None for config in configs):
+        raise GroupingError("grouped training: loss.guide (each run's objective holds it)")
     first = build_run(configs[0], device)
     if first.train_ds.num_hard_negatives:
         raise GroupingError("grouped training: the data has hard negatives")
