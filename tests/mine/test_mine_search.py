@@ -39,8 +39,8 @@ def test_relative_margin_subtracts_a_fraction_of_the_magnitude() -> None:
     angles = torch.tensor([2.0, 2.03, 2.2, 2.5])
     corpus = torch.stack([angles.cos(), angles.sin()], dim=1)
     p = math.cos(2.0)
-    idx, scores, skipped = select_negatives(q, corpus, [[0]],
-                                            MiningOptions(num_negatives=1, relative_margin=0.1))
+    idx, _, skipped = select_negatives(q, corpus, [[0]],
+                                       MiningOptions(num_negatives=1, relative_margin=0.1))
     kept = [j for j in (1, 2, 3) if float(corpus[j, 0]) <= p - abs(p) * 0.1]
     assert kept[0] == 2 and idx.tolist() == [[2]] and skipped == {"relative_margin": 1}
 
