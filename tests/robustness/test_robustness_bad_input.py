@@ -798,6 +798,18 @@ CASES: list[Case] = [
          "raise --range-max or lower --range-min",
          cli=lambda tmp: ["mine", str(bad.good_jsonl(tmp)), "--model", "minilm", "--out",
                           str(tmp / "m.jsonl"), "--range-min", "5", "--range-max", "5"]),
+    Case("cli-guide-vectors", "CLI", "`crl train synthetic-gaussian --set "
+         "loss.guide.model=minilm` (a guide on vector data)", CrlValueError,
+         "loss.guide needs text pairs (its model scores texts)", "remove loss.guide",
+         cli=_cli_train("--set", "loss.guide.model=minilm")),
+    Case("cli-guide-bad-model", "CLI", "`crl train` on pairs with `loss.guide.model` a path "
+         "that does not exist", CrlValueError,
+         "loss.guide.model: expected 'minilm', a run directory written by crl train",
+         "give minilm, a run directory or a sentence-transformers directory",
+         cli=lambda tmp: _cli_train(
+             "--set", "data.name=files", "--set", f"data.files.path={bad.good_jsonl(tmp)}",
+             "--set", "data.num_train=null", "--set", "model.kind=embedding_bag",
+             "--set", "loss.guide.model={tmp}/nowhere")(tmp)),
 ]
 
 # ----------------------------------------------------------------------------- the tests

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +115,32 @@ class RunEncoder:
         return self._encode(texts, "b")
 
 
+EncoderKind = Literal["minilm", "run", "sentence-transformers"]
+
+
+def encoder_kind(model: str | Path, *, where: str = "--model") -> EncoderKind:
+    """Which encoder ``model`` names (read from the file system; nothing is loaded).
+
+    Raises:
+        CrlValueError: for a path that is none of those :func:`load_text_encoder` takes.
+    """
+    from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE
+
+    if str(model) == MINILM:
+        return "minilm"
+    path = Path(model).expanduser()
+    if path.is_dir() and (path / CONFIG_FILE).is_file() and (path / CHECKPOINT_FILE).is_file():
+        return "run"
+    if path.is_dir() and ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+        return "sentence-transformers"
+    found = ("no such path" if not path.exists() else "not a directory" if not path.is_dir()
+             else f"a directory holding {sorted(p.name for p in path.iterdir())[:8]}")
+    raise CrlValueError(
+        f"{where}: expected {MINILM!r}, a run directory written by crl train (config.json and "
+        f"checkpoint.pt) or a sentence-transformers model directory (modules.json); got "
+        f"{str(model)!r} ({found})")
+
+
 def load_text_encoder(model: str | Path, *, where: str = "--model", device: str = "cpu",
                       batch_size: int = 64, cache_dir: str | Path | None = None,
                       trusted_factories: Collection[str] = ()) -> TextEncoder:
@@ -133,23 +159,15 @@ def load_text_encoder(model: str | Path, *, where: str = "--model", device: str 
     Raises:
         CrlValueError: for a path that is none of those.
     """
-    from crl.rundir import CHECKPOINT_FILE, CONFIG_FILE
-
-    if str(model) == MINILM:
+    kind = encoder_kind(model, where=where)
+    if kind == "minilm":
         return MiniLMEncoder(batch_size=batch_size, cache_dir=cache_dir)
-    path = Path(model).expanduser()
-    if path.is_dir() and (path / CONFIG_FILE).is_file() and (path / CHECKPOINT_FILE).is_file():
-        return RunEncoder(path, device=device, batch_size=batch_size,
+    if kind == "run":
+        return RunEncoder(model, device=device, batch_size=batch_size,
                           trusted_factories=trusted_factories)
-    if path.is_dir() and ((path / "modules.json").is_file() or (path / "config.json").is_file()):
-        return SentenceTransformerEncoder.load(path, device=device, batch_size=batch_size)
-    found = ("no such path" if not path.exists() else "not a directory" if not path.is_dir()
-             else f"a directory holding {sorted(p.name for p in path.iterdir())[:8]}")
-    raise CrlValueError(
-        f"{where}: expected {MINILM!r}, a run directory written by crl train (config.json and "
-        f"checkpoint.pt) or a sentence-transformers model directory (modules.json); got "
-        f"{str(model)!r} ({found})")
+    return SentenceTransformerEncoder.load(Path(model).expanduser(), device=device,
+                                           batch_size=batch_size)
 
 
-__all__ = ["MINILM", "MiniLMEncoder", "RunEncoder", "SentenceTransformerEncoder", "TextEncoder",
-           "load_text_encoder"]
+__all__ = ["MINILM", "EncoderKind", "MiniLMEncoder", "RunEncoder", "SentenceTransformerEncoder",
+           "TextEncoder", "encoder_kind", "load_text_encoder"]

@@ -136,15 +136,16 @@ def build_guide(cfg: GuideOptions, train: Any, *, device: torch.device,
     Raises:
         CrlValueError: for data that is not text, or a ``model`` that names no encoder.
     """
-    from crl.mine.encoders import load_text_encoder
+    from crl.mine.encoders import encoder_kind, load_text_encoder
 
     if not train.is_text:
         raise CrlValueError("loss.guide needs text pairs (its model scores texts); the data "
                             f"gives {type(train).__name__}; remove loss.guide")
-    encoder = load_text_encoder(cfg.model, where="loss.guide.model", device=str(device),
-                                batch_size=cfg.batch_size, cache_dir=cache_dir)
+    encoder_kind(cfg.model, where="loss.guide.model")  # a bad path fails now, not at step 1
 
     def embed() -> GuideEmbeddings:
+        encoder = load_text_encoder(cfg.model, where="loss.guide.model", device=str(device),
+                                    batch_size=cfg.batch_size, cache_dir=cache_dir)
         with torch.no_grad():
             a, b = encoder.encode_queries(train.a), encoder.encode_documents(train.b)
             rows = train.hard_negative_views()
@@ -177,6 +178,8 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
     """
     seed_everything(config.train.seed)
     splits = load_data(config.data)
+    guide = None if config.loss.guide is None else build_guide(
+        config.loss.guide, splits.train, device=device, cache_dir=config.model.cache_dir)
     model = build_model(config.model, splits.info).to(device)
     train_ds = model.prepare(splits.train)
     val_ds = model.prepare(splits.val) if len(splits.val) >= 2 else None
@@ -187,8 +190,6 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
         raise CrlValueError(f"train.batch_size must be at most the number of training pairs "
                             f"n = {n}; got {config.train.batch_size}")
     total = config.train.total_steps(n)
-    guide = None if config.loss.guide is None else build_guide(
-        config.loss.guide, splits.train, device=device, cache_dir=config.model.cache_dir)
     objective = run_objective(config, num_samples=n, labels=train_ds.labels,
                               epochs=math.ceil(total / per_epoch),
                               num_classes=splits.info.num_classes, guide=guide).to(device)
