@@ -11,9 +11,7 @@ OPTIONS = [
     {},
     {"num_negatives": 5, "range_min": 3, "range_max": 25},
     {"margin": 0.0},
-    {"margin": 0.01, "num_negatives": 2},
     {"relative_margin": 0.01, "num_negatives": 4},
-    {"max_score": 0.95},
     {"relative_margin": 0.0, "max_score": 0.95, "range_min": 1, "num_negatives": 8},
     {"min_score": 0.93, "margin": 0.0, "range_max": 40},
 ]
