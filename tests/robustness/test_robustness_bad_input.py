@@ -791,6 +791,34 @@ CASES: list[Case] = [
          "delete study.json and re-run the study",
          cli=lambda tmp: ["report", str(_write(tmp / "negatives" / "study.json",
                                                "[" * 100_000 + "]" * 100_000).parent)]),
+    Case("cli-mine-bad-model", "CLI", "`crl mine pairs.jsonl --model nowhere --out m.jsonl` "
+         "where `nowhere` does not exist", CrlValueError,
+         "--model: expected 'minilm', a run directory written by crl train",
+         "give minilm, a run directory or a sentence-transformers directory",
+         cli=lambda tmp: ["mine", str(bad.good_jsonl(tmp)), "--model", str(tmp / "nowhere"),
+                          "--out", str(tmp / "m.jsonl")]),
+    Case("cli-mine-out-type", "CLI", "`crl mine pairs.jsonl --model minilm --out m.xlsx`",
+         CrlValueError, "mine: --out must be a .jsonl, .csv, .tsv, .parquet file",
+         "name a .jsonl, .csv, .tsv or .parquet file",
+         cli=lambda tmp: ["mine", str(bad.good_jsonl(tmp)), "--model", "minilm", "--out",
+                          str(tmp / "m.xlsx")]),
+    Case("cli-mine-range", "CLI", "`crl mine ... --range-min 5 --range-max 5`", CrlValueError,
+         "mine: `range_min` must be smaller than `range_max`; got range_min=5, range_max=5",
+         "raise --range-max or lower --range-min",
+         cli=lambda tmp: ["mine", str(bad.good_jsonl(tmp)), "--model", "minilm", "--out",
+                          str(tmp / "m.jsonl"), "--range-min", "5", "--range-max", "5"]),
+    Case("cli-guide-vectors", "CLI", "`crl train synthetic-gaussian --set "
+         "loss.guide.model=minilm` (a guide on vector data)", CrlValueError,
+         "loss.guide needs text pairs (its model scores texts)", "remove loss.guide",
+         cli=_cli_train("--set", "loss.guide.model=minilm")),
+    Case("cli-guide-bad-model", "CLI", "`crl train` on pairs with `loss.guide.model` a path "
+         "that does not exist", CrlValueError,
+         "loss.guide.model: expected 'minilm', a run directory written by crl train",
+         "give minilm, a run directory or a sentence-transformers directory",
+         cli=lambda tmp: _cli_train(
+             "--set", "data.name=files", "--set", f"data.files.path={bad.good_jsonl(tmp)}",
+             "--set", "data.num_train=null", "--set", "model.kind=embedding_bag",
+             "--set", "loss.guide.model={tmp}/nowhere")(tmp)),
 ]
 
 # ----------------------------------------------------------------------------- the tests

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from crl.losses.base import reduce_terms as reduce_terms
     from crl.losses.clip import ClipLoss as ClipLoss
     from crl.losses.config import GclOptions as GclOptions
+    from crl.losses.config import GuideOptions as GuideOptions
     from crl.losses.config import LossConfig as LossConfig
     from crl.losses.config import MatryoshkaOptions as MatryoshkaOptions
     from crl.losses.config import OceOptions as OceOptions
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from crl.losses.functional import siglip_loss as siglip_loss
     from crl.losses.functional import supcon_loss as supcon_loss
     from crl.losses.gcl import GlobalContrastiveLoss as GlobalContrastiveLoss
+    from crl.losses.guide import FalseNegativeGuide as FalseNegativeGuide
+    from crl.losses.guide import GuideEmbeddings as GuideEmbeddings
     from crl.losses.infonce import InfoNCELoss as InfoNCELoss
     from crl.losses.kmeans import RelaxedKMeans as RelaxedKMeans
     from crl.losses.matryoshka import MatryoshkaObjective as MatryoshkaObjective
@@ -57,8 +60,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "AnchorTerms": "base", "LogitScaleInit": "base", "LossContext": "base", "PairBatch": "base",
     "PairLoss": "base", "reduce_terms": "base",
-    "GclOptions": "config", "LossConfig": "config", "MatryoshkaOptions": "config",
-    "OceOptions": "config", "MatryoshkaObjective": "matryoshka",
+    "GclOptions": "config", "GuideOptions": "config", "LossConfig": "config",
+    "MatryoshkaOptions": "config", "OceOptions": "config", "MatryoshkaObjective": "matryoshka",
+    "FalseNegativeGuide": "guide", "GuideEmbeddings": "guide",
     "OCE_PHIS": "functional", "PAIRWISE_LOSSES": "functional", "clip_loss": "functional",
     "contrastive_risk": "functional", "info_nce": "functional", "oce_risk": "functional",
     "pairwise_risk": "functional", "relaxed_kmeans": "functional", "siglip_loss": "functional",
@@ -92,8 +96,11 @@ __all__ = [
     "AnchorTerms",
     "ClipLoss",
     "DecoupledContrastiveLoss",
+    "FalseNegativeGuide",
     "GclOptions",
     "GlobalContrastiveLoss",
+    "GuideEmbeddings",
+    "GuideOptions",
     "InfoNCELoss",
     "LogitScaleInit",
     "LossConfig",

@@ -73,10 +73,11 @@ def off_diagonal(n: int, device: torch.device | None = None) -> Tensor:
 
 
 def info_nce_rows(logits: Tensor, candidates: Tensor, offset: int = 0,
-                  extra: Tensor | None = None) -> Tensor:
+                  extra: Tensor | None = None, extra_mask: Tensor | None = None) -> Tensor:
     """``(h,)`` per-anchor InfoNCE: ``log sum_{candidates} exp(logits) - logits[i, offset + i]``
     of ``logits (h, B)`` over the ``candidates (h, B)`` mask (the positive included), with the
-    ``(h, H)`` ``extra`` logits as further candidates of their rows (hard negatives).
+    ``(h, H)`` ``extra`` logits as further candidates of their rows (hard negatives; those
+    of the ``(h, H)`` ``extra_mask``, None: all).
 
     Example:
         >>> logits = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
@@ -88,7 +89,8 @@ def info_nce_rows(logits: Tensor, candidates: Tensor, offset: int = 0,
         lse = masked_logsumexp(logits, candidates, dim=1)
     else:
         lse = masked_logsumexp(torch.cat([logits, extra], dim=1),  # (h, B + H)
-                               torch.cat([candidates, candidates.new_ones(extra.shape)], dim=1),
+                               torch.cat([candidates, candidates.new_ones(extra.shape)
+                                          if extra_mask is None else extra_mask], dim=1),
                                dim=1)
     return lse - logits[own, own + offset]  # after the lse: the gradients add up in that order
 

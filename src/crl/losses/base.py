@@ -102,6 +102,8 @@ class PairBatch:
             the exact kernel visits them in: decided once for the batch
             (:func:`crl.losses.tiled.decide_tiles`, from the loss's ``block_size`` and the
             sizes) by whoever builds it, read by the loss's :meth:`PairLoss.terms`.
+        hard_mask: ``(B, H)`` bool, True where hard negative ``k`` of anchor ``i`` is a
+            candidate (the guide's, :mod:`crl.losses.guide`), or None: all of them.
     """
 
     za: Tensor
@@ -112,6 +114,7 @@ class PairBatch:
     negatives: Tensor | TileMask | None = None
     hard: Tensor | None = None
     tiles: Tiles = "plain"
+    hard_mask: Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -128,6 +131,12 @@ class PairBatch:
         if self.hard is None or self.hard.shape[1] == 0:
             return None
         return self.hard[self.rows]
+
+    def hard_mask_rows(self) -> Tensor | None:
+        """``(h, H)``: which hard negatives of the rows asked for are candidates (None: all)."""
+        if self.hard_mask is None or self.hard_rows() is None:
+            return None
+        return self.hard_mask[self.rows]
 
 
 class AnchorTerms(NamedTuple):
@@ -190,6 +199,9 @@ class PairLoss(nn.Module):
     accepts_negative_sets: ClassVar[bool] = True
     #: Whether the loss takes hard negatives (``hard=``).
     accepts_hard_negatives: ClassVar[bool] = False
+    #: Whether the loss takes a guide against false negatives (``loss.guide``): its negatives
+    #: mask and :attr:`PairBatch.hard_mask` are honoured.
+    accepts_guide: ClassVar[bool] = False
     #: Whether :meth:`terms` has the exact tiled path (``block_size``; large batches).
     tiled_path: ClassVar[bool] = False
     #: The tile side of that path (None: tiles only for large batches; ``"plain"``: never).

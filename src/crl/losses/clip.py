@@ -55,6 +55,7 @@ class ClipLoss(PairLoss):
     """
 
     accepts_hard_negatives = True
+    accepts_guide = True
     tiled_path = True
 
     def __init__(self, init_logit_scale: float = CLIP_INIT_LOGIT_SCALE,

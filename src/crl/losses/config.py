@@ -91,6 +91,25 @@ class MatryoshkaOptions(_Section):
         return sorted(zip(self.dims, weights, strict=True), key=lambda pair: -pair[0])
 
 
+class GuideOptions(_Section):
+    """A guide model against false negatives (GISTEmbed; docs/training.md, "False negatives:
+    the guide").
+
+    Attributes:
+        model: ``minilm``, a run directory written by ``crl train``, or a sentence-transformers
+            model directory: it scores the training pairs once, frozen.
+        margin: In-batch and hard negatives that the guide scores above the positive's score
+            minus this (``absolute``) or minus ``|score| * margin`` (``relative``) are masked.
+        margin_strategy: ``absolute`` or ``relative``, as ``GISTEmbedLoss``.
+        batch_size: Texts per forward pass of the guide.
+    """
+
+    model: str = Field(min_length=1)
+    margin: float = 0.0
+    margin_strategy: Literal["absolute", "relative"] = "absolute"
+    batch_size: int = Field(64, ge=1)
+
+
 class LossConfig(_Section):
     """The ``loss`` section: which contrastive loss, and its hyperparameters.
 
@@ -115,6 +134,7 @@ class LossConfig(_Section):
             ``gcl`` and ``dcl`` also ask negative sets tile by tile. None: the plain path, tiles
             only above B = 2048; ``"plain"``: the plain path at any batch size.
         matryoshka: Train prefixes of the embedding too (:class:`MatryoshkaOptions`); None: off.
+        guide: A guide model whose false negatives are masked (info_nce, clip, gcl); None: none.
     """
 
     name: LossName = "info_nce"
@@ -128,6 +148,8 @@ class LossConfig(_Section):
     kmeans_k: int | None = Field(None, ge=1)
     block_size: Annotated[int, Field(ge=1)] | Literal["plain"] | None = None
     matryoshka: MatryoshkaOptions | None = None
+    guide: GuideOptions | None = None
 
 
-__all__ = ["GclOptions", "LossConfig", "LossName", "MatryoshkaOptions", "OceOptions"]
+__all__ = ["GclOptions", "GuideOptions", "LossConfig", "LossName", "MatryoshkaOptions",
+           "OceOptions"]

@@ -128,6 +128,7 @@ class GlobalContrastiveLoss(PairLoss):
     """
 
     accepts_hard_negatives = True
+    accepts_guide = True
     tiled_path = True
     log_u_a2b: Tensor
     log_u_b2a: Tensor
@@ -216,12 +217,13 @@ class GlobalContrastiveLoss(PairLoss):
         return new_log.to(device=log_g_hat.device, dtype=log_g_hat.dtype)
 
     def _direction(self, x: Tensor, y: Tensor, mask: Tensor | TileMask | None, index: Tensor,
-                   rows: slice, tau: Tensor, state: Tensor, extra: Tensor | None, tiles: Tiles
-                   ) -> tuple[Tensor, Tensor]:
+                   rows: slice, tau: Tensor, state: Tensor, extra: Tensor | None, tiles: Tiles,
+                   extra_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One direction for the anchors ``x[rows]`` against all candidates ``y (B, D)`` (and
         their own ``extra (h, H, D)``): ``(tau g_hat / u of the anchors with a negative (A,),
         which anchors those are (h,) bool)``; ``mask`` is the ``(h, B)`` rows' mask, a
-        :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``; ``tiles`` the batch's."""
+        :class:`TileMask` or None; ``tau`` is 0-dim or ``(B,)``; ``tiles`` the batch's;
+        ``extra_mask (h, H)`` which extra candidates count (None: all)."""
         h, batch = rows.stop - rows.start, y.shape[0]
         tau_rows = tau if tau.dim() == 0 else tau[rows]  # () or (h,)
         if tiles == "plain":
@@ -230,8 +232,9 @@ class GlobalContrastiveLoss(PairLoss):
             if mask is not None and not isinstance(mask, Tensor):
                 mask = mask.mask(index[rows], index)
             negatives = anchor_negatives(mask, rows, batch, x.device)
-            counted = negatives.any(dim=1) if extra is None else \
-                torch.ones(h, dtype=torch.bool, device=x.device)
+            counted = (negatives.any(dim=1) if extra is None
+                       else torch.ones(h, dtype=torch.bool, device=x.device) if extra_mask is None
+                       else negatives.any(dim=1) | extra_mask.any(dim=1))
             has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
                 return self._nothing(x, y, tau).expand(0), counted
@@ -248,15 +251,17 @@ class GlobalContrastiveLoss(PairLoss):
             if extra is not None:  # anchor i's own hard negatives: (A, H) more columns
                 delta = torch.cat([delta, (hard_scores(anchors, extra[has]) - positive) / tau_a],
                                   dim=1)
-                allowed = torch.cat([allowed, allowed.new_ones(has.numel(), extra.shape[1])],
-                                    dim=1)
-                count = count + extra.shape[1]
+                kept = (allowed.new_ones(has.numel(), extra.shape[1]) if extra_mask is None
+                        else extra_mask[has])
+                allowed = torch.cat([allowed, kept], dim=1)
+                count = count + kept.sum(dim=1).to(count.dtype)
             log_g_hat = masked_logsumexp(delta, allowed, dim=1) - torch.log(count)
         else:
             out = anchor_logsumexp(x[rows], y, 1.0 / tau_rows, offset=rows.start,
                                    include_positive=self.include_positive, negatives_mask=mask,
                                    anchor_index=index[rows], candidate_index=index,
-                                   block_size=tiles, extra=extra, check=False)
+                                   block_size=tiles, extra=extra, check=False,
+                                   extra_mask=extra_mask)
             counted = out.counts > int(self.include_positive)  # at least one negative
             has = counted.nonzero().squeeze(1)  # (A,) local anchors with a negative
             if has.numel() == 0:
@@ -347,7 +352,7 @@ class GlobalContrastiveLoss(PairLoss):
         # The same sample-indexed mask serves both directions, hence (b, a) in the second.
         first, counted = self._direction(a, b, batch.negatives, index, rows,
                                          self._tau(0, index, dtype), self.log_u_a2b, hard,
-                                         batch.tiles)
+                                         batch.tiles, batch.hard_mask_rows())
         values = [expand_counted(first, counted, batch.size)]
         if self.symmetric:
             other, other_counted = self._direction(b, a, batch.negatives, index, rows,

@@ -57,6 +57,7 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, temperature: float | No
     """
     tau = 1.0 if temperature is None else temperature
     rows, start, hard = batch.rows, int(batch.rows.start), batch.hard_rows()
+    hard_mask = batch.hard_mask_rows()  # (h, H) or None: every hard negative
     if batch.tiles != "plain":
         multiplier = scale if scale is not None else 1.0 / float(tau)  # float32 for bf16
         values = []
@@ -65,7 +66,8 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, temperature: float | No
             out = anchor_logsumexp(x[rows], y, multiplier, offset=start,
                                    negatives_mask=batch.negatives,
                                    anchor_index=batch.index[rows], candidate_index=batch.index,
-                                   block_size=batch.tiles, extra=extra, check=False)
+                                   block_size=batch.tiles, extra=extra, check=False,
+                                   extra_mask=hard_mask if extra is not None else None)
             values.append(out.lse - out.positive)
             if len(values) == 1:
                 counted = out.counts > 1  # the positive and at least one negative
@@ -78,13 +80,16 @@ def info_nce_terms(batch: PairBatch, *, symmetric: bool, temperature: float | No
     candidates, has = candidates_mask(batch)
     logits = logits_of(batch.za[rows] @ batch.zb.T)  # (h, B)
     extra = None if hard is None else logits_of(hard_scores(batch.za[rows], hard))  # (h, H)
-    values = [info_nce_rows(logits, candidates, start, extra)]
+    values = [info_nce_rows(logits, candidates, start, extra, hard_mask)]
     if symmetric:
         other = other_direction(logits, batch.za, batch.zb, rows, batch.whole, logits_of)
         # Every member (all True): the transpose is the same mask, laid out as `other`.
         both = candidates.T if has is None and batch.whole else candidates
         values.append(info_nce_rows(other, both, start))
-    return AnchorTerms(tuple(values), None if extra is not None else has)
+    if extra is not None:  # an anchor with a hard negative counts
+        has = None if hard_mask is None else (
+            hard_mask.any(dim=1) if has is None else has | hard_mask.any(dim=1))
+    return AnchorTerms(tuple(values), has)
 
 
 class InfoNCELoss(PairLoss):
@@ -101,6 +106,7 @@ class InfoNCELoss(PairLoss):
     """
 
     accepts_hard_negatives = True
+    accepts_guide = True
     tiled_path = True
 
     def __init__(self, temperature: float = 0.07, symmetric: bool = False, *,

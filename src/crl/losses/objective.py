@@ -18,6 +18,7 @@ from crl.losses.base import (
     PairLoss,
     reduce_terms,
 )
+from crl.losses.guide import FalseNegativeGuide
 from crl.losses.kmeans import RelaxedKMeans
 from crl.losses.registry import loss_class
 from crl.losses.tiled import TileMask, Tiles, decide_tiles, densify
@@ -29,22 +30,36 @@ if TYPE_CHECKING:
 
 class BatchNegatives:
     """Who is a negative of whom in a batch: the negative sets (asked without checks), the
-    other members with another label (``exclude_same_label``), or every other member (None).
+    other members with another label (``exclude_same_label``), or every other member (None);
+    then, with a guide, without its false negatives.
 
     Args:
         sets: The run's :class:`~crl.negatives.NegativeSets`, or None.
         exclude_same_label: Without sets, drop same-label members (needs labels).
+        guide: The run's :class:`~crl.losses.guide.FalseNegativeGuide` (``loss.guide``), or
+            None.
     """
 
-    def __init__(self, sets: NegativeSets | None, exclude_same_label: bool = False) -> None:
+    def __init__(self, sets: NegativeSets | None, exclude_same_label: bool = False,
+                 guide: FalseNegativeGuide | None = None) -> None:
         self.sets = sets
         self._trusted = None if sets is None else sets.trusted()
         self.exclude_same_label = bool(exclude_same_label)
+        self.guide = guide
 
     def __call__(self, index: Tensor, labels: Tensor | None, rows: slice
                  ) -> Tensor | TileMask | None:
         """The negatives of the anchors ``index[rows]`` among all of ``index``: an ``(h, B)``
-        bool mask, the sets themselves for a huge block, or None for every other member."""
+        bool mask, a :class:`TileMask` for a huge block, or None for every other member."""
+        base = self._base(index, labels, rows)
+        return base if self.guide is None else self.guide.restrict(base, index, rows)
+
+    def hard_mask(self, index: Tensor) -> Tensor | None:
+        """``(B, H)`` bool: which hard negatives stay candidates (None: all of them)."""
+        return None if self.guide is None else self.guide.hard_mask(index)
+
+    def _base(self, index: Tensor, labels: Tensor | None, rows: slice
+              ) -> Tensor | TileMask | None:
         if self._trusted is not None:
             return densify(self._trusted, index[rows], index)
         if self.exclude_same_label:
@@ -120,8 +135,9 @@ class Objective(nn.Module):
         if tiles == "plain":  # only the kernel takes bf16
             za, zb = upcast(za, wide), upcast(zb, wide)
             hard = None if hard is None else upcast(hard, wide)
-        terms = self.loss.terms(PairBatch(za, zb, index, labels, rows,
-                                          self.negatives(index, labels, rows), hard, tiles))
+        terms = self.loss.terms(PairBatch(
+            za, zb, index, labels, rows, self.negatives(index, labels, rows), hard, tiles,
+            None if hard is None else self.negatives.hard_mask(index)))
         loss = reduce_terms(terms, distributed.world_size())
         logs = self.loss.logs()
         if self.regulariser is not None:
@@ -147,7 +163,8 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
                     labels: Tensor | None = None, epochs: int | None = None,
                     num_classes: int | None = None,
                     logit_scale: LogitScaleInit | None = None,
-                    normalized: bool = True) -> Objective:
+                    normalized: bool = True,
+                    guide: FalseNegativeGuide | None = None) -> Objective:
     """The training objective of a run's ``loss`` and ``negatives`` sections, chosen once.
 
     Args:
@@ -162,13 +179,16 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
             ``init_logit_scale``, ``max_logit_scale``, ``learn_logit_scale``); None: CLIP's.
         normalized: The embeddings are L2-normalised (``model.normalize``): with
             ``loss.matryoshka``, each prefix is normalised again.
+        guide: The guide against false negatives of ``loss.guide``, built by the caller from
+            the training texts (:func:`crl.train.build.build_guide`); None: none.
 
     Returns:
         The :class:`Objective`; with ``loss.matryoshka``, a
         :class:`~crl.losses.matryoshka.MatryoshkaObjective` of one per prefix.
 
     Raises:
-        CrlValueError: for ``exclude_same_label`` without labels, or ``m > n``.
+        CrlValueError: for ``exclude_same_label`` without labels, ``m > n``, or a guide for a
+            loss that takes none.
 
     Example:
         >>> import torch
@@ -186,11 +206,14 @@ def build_objective(loss: LossConfig, negatives: NegativesConfig, *, num_samples
     regulariser = None
     if loss.kmeans_weight > 0:
         regulariser = RelaxedKMeans(loss.kmeans_weight, loss.kmeans_k or num_classes or 10)
-    batch_negatives = BatchNegatives(sets, negatives.exclude_same_label)
+    cls = loss_class(loss.name)
+    if guide is not None and not cls.accepts_guide:
+        raise CrlValueError(f"loss.guide: loss {loss.name!r} takes no guide (info_nce, clip and "
+                            "gcl do); remove loss.guide or change loss.name")
+    batch_negatives = BatchNegatives(sets, negatives.exclude_same_label, guide)
 
     def one() -> Objective:
-        return Objective(loss_class(loss.name).from_config(loss, context), batch_negatives,
-                         regulariser)
+        return Objective(cls.from_config(loss, context), batch_negatives, regulariser)
 
     if loss.matryoshka is None:
         return one()

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from crl._validation import check_int_range, describe
 from crl.errors import CrlTypeError, CrlValueError
+from crl.losses._common import masked_logsumexp
 from crl.losses._tile_checks import (
     check_anchor_inputs,
     check_index,
@@ -269,6 +270,7 @@ def anchor_logsumexp(
     block_size: BlockSize = None,
     extra: Tensor | None = None,
     check: bool = True,
+    extra_mask: Tensor | None = None,
 ) -> AnchorLogSumExp:
     """Log-sum-exps of some anchors against all candidates, the positive of anchor ``i`` being
     candidate ``offset + i``: the local rows of a distributed batch against the gathered columns.
@@ -303,6 +305,7 @@ def anchor_logsumexp(
             problems.
         extra: ``(h, H, D)`` extra candidates of each anchor (``H >= 0``), scored
             ``scale_i * anchors[i] . extra[i, k]``; differentiable.
+        extra_mask: ``(h, H)`` bool: which extra candidates count (None: all; unchecked).
         check: Check the arguments (the default). False skips every check, including those
             that read tensor values and so wait for the device (finiteness, positive scales,
             dataset indices): for callers whose inputs are valid by construction, such as the
@@ -348,8 +351,13 @@ def anchor_logsumexp(
     if extra is not None and extra.shape[1] > 0:
         # (h, H, D) @ (h, D, 1) -> (h, H): anchor i against its own extra candidates only
         scores = torch.bmm(extra.to(prod), scaled(anchors, scale_t).unsqueeze(2)).squeeze(2)
-        lse = torch.logaddexp(lse, torch.logsumexp(scores.to(acc), dim=1))
-        counts = counts + extra.shape[1]
+        if extra_mask is None:
+            lse = torch.logaddexp(lse, torch.logsumexp(scores.to(acc), dim=1))
+            counts = counts + extra.shape[1]
+        else:  # a row with none left adds exp(-huge) = 0, with no NaN in the gradient
+            kept = masked_logsumexp(scores.to(acc), extra_mask, dim=1)
+            lse = torch.logaddexp(lse, kept.clamp(min=torch.finfo(acc).min))
+            counts = counts + extra_mask.sum(dim=1)
     return AnchorLogSumExp(lse, positive, counts)
 
 

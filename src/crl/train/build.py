@@ -22,6 +22,8 @@ from crl import distributed, losses
 from crl.data import load_data
 from crl.errors import CrlValueError
 from crl.losses import LogitScaleInit, Objective
+from crl.losses.config import GuideOptions
+from crl.losses.guide import FalseNegativeGuide, GuideEmbeddings
 from crl.models import DualEncoder, build_model
 from crl.train.config import OptimConfig, TrainConfig
 from crl.train.lazy_adamw import LazyAdamW
@@ -115,14 +117,45 @@ def trainable(modules: list[nn.Module]) -> list[nn.Parameter]:
 
 
 def run_objective(config: TrainConfig, *, num_samples: int, labels: Tensor | None,
-                  epochs: int, num_classes: int | None) -> Objective:
+                  epochs: int, num_classes: int | None,
+                  guide: FalseNegativeGuide | None = None) -> Objective:
     """:func:`crl.losses.build_objective` of a run config: its ``loss`` and ``negatives``
     sections, with the ``model`` section's logit-scale settings (CLIP's scale lives in the
-    objective) and whether it L2-normalises (Matryoshka prefixes are normalised again)."""
+    objective), whether it L2-normalises (Matryoshka prefixes are normalised again) and the
+    guide of ``loss.guide`` (:func:`build_guide`)."""
     return losses.build_objective(config.loss, config.negatives, num_samples=num_samples,
                                   labels=labels, epochs=epochs, num_classes=num_classes,
                                   logit_scale=LogitScaleInit.of(config.model),
-                                  normalized=config.model.normalize)
+                                  normalized=config.model.normalize, guide=guide)
+
+
+def build_guide(cfg: GuideOptions, train: Any, *, device: torch.device,
+                cache_dir: str | None = None) -> FalseNegativeGuide:
+    """The guide of ``loss.guide`` over the training pairs ``train`` (a text data set): its
+    model embeds the anchors, positives and hard negatives once, without gradient, at the first
+    training step (:class:`crl.losses.guide.FalseNegativeGuide`).
+
+    Raises:
+        CrlValueError: for data that is not text, or a ``model`` that names no encoder.
+    """
+    from crl.mine.encoders import encoder_kind, load_text_encoder
+
+    if not train.is_text:
+        raise CrlValueError("loss.guide needs text pairs (its model scores texts); the data "
+                            f"gives {type(train).__name__}; remove loss.guide")
+    encoder_kind(cfg.model, where="loss.guide.model")  # a bad path fails now, not at step 1
+
+    def embed() -> GuideEmbeddings:
+        encoder = load_text_encoder(cfg.model, where="loss.guide.model", device=str(device),
+                                    batch_size=cfg.batch_size, cache_dir=cache_dir)
+        with torch.no_grad():
+            a, b = encoder.encode_queries(train.a), encoder.encode_documents(train.b)
+            rows = train.hard_negative_views()
+            hard = None if rows is None else encoder.encode_documents(
+                [t for row in rows for t in row]).reshape(len(rows), len(rows[0]), -1)
+        return GuideEmbeddings(a, b, hard)  # (N, D_g), (N, D_g), (N, H, D_g)
+
+    return FalseNegativeGuide(embed, margin=cfg.margin, strategy=cfg.margin_strategy)
 
 
 @dataclass
@@ -163,6 +196,8 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
     """
     seed_everything(config.train.seed)
     splits = load_data(config.data)
+    guide = None if config.loss.guide is None else build_guide(
+        config.loss.guide, splits.train, device=device, cache_dir=config.model.cache_dir)
     model = build_model(config.model, splits.info).to(device)
     train_ds = model.prepare(splits.train)
     val_ds = model.prepare(splits.val) if len(splits.val) >= 2 else None
@@ -177,12 +212,13 @@ def build_run(config: TrainConfig, device: torch.device) -> BuiltRun:
         _check_prefixes(config.loss.matryoshka.dims, model, train_ds, device)
     objective = run_objective(config, num_samples=n, labels=train_ds.labels,
                               epochs=math.ceil(total / per_epoch),
-                              num_classes=splits.info.num_classes).to(device)
+                              num_classes=splits.info.num_classes, guide=guide).to(device)
     return BuiltRun(splits, model, objective, train_ds, val_ds, test_ds, per_epoch, total)
 
 
 __all__ = [
     "BuiltRun",
+    "build_guide",
     "build_optimizer",
     "build_run",
     "lr_factor",

@@ -60,8 +60,8 @@ def group_key(config: TrainConfig | dict[str, Any]) -> str | None:
     trains alone.
 
     The key is the hash of the config without its ``negatives`` section; a config that asks
-    for gradient caching, bf16, a device other than the CPU or more than one thread setting
-    that differs is not grouped.
+    for gradient caching, bf16, a device other than the CPU, a guide (``loss.guide``) or more
+    than one thread setting that differs is not grouped.
 
     Example:
         >>> base = {"negatives": {"m": 5}, "train": {"seed": 0}}
@@ -71,7 +71,8 @@ def group_key(config: TrainConfig | dict[str, Any]) -> str | None:
     data = config.model_dump(mode="json") if isinstance(config, TrainConfig) else config
     train = data.get("train", {})
     if (train.get("micro_batch_size") is not None or train.get("precision", "fp32") != "fp32"
-            or str(train.get("device", "cpu")) != "cpu"):
+            or str(train.get("device", "cpu")) != "cpu"
+            or (data.get("loss") or {}).get("guide") is not None):
         return None
     return stable_hash({key: value for key, value in data.items() if key != "negatives"})
 
@@ -172,6 +173,8 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
     first built in full, the others sharing its data and a copy of its initial model (the same
     seed and model config: the same weights) with their own objective, unless building that
     objective draws random numbers (then in full too)."""
+    if any(config.loss.guide is not None for config in configs):
+        raise GroupingError("grouped training: loss.guide (each run's objective holds it)")
     first = build_run(configs[0], device)
     if first.train_ds.num_hard_negatives:
         raise GroupingError("grouped training: the data has hard negatives")
