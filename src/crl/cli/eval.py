@@ -52,13 +52,14 @@ def _print(title: str, metrics: dict[str, Any]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in sorted(metrics.items()):
-        table.add_row(key, f"{value:.4f}" if not float(value).is_integer() else f"{value:g}")
+        table.add_row(key, f"{value:g}" if "num_" in key else f"{value:.4f}")
     Console().print(table)
 
 
 @app.command("eval")
 @handle_errors
 def evaluate(
+    ctx: typer.Context,
     run_dir: Path | None = typer.Argument(None, help="A run directory written by `crl train` "
                                                      "(or give --model)."),
     model: str | None = typer.Option(None, "--model", help="minilm (the bundled "
@@ -76,6 +77,10 @@ def evaluate(
                                             help="--data: the column naming each row's split."),
     ks: str | None = typer.Option(None, "--ks", help="Cut-offs, e.g. 1,10,100 (default: "
                                   "1,5,10 for pairs, 1,5,10,100 for qrels)."),
+    a_column: str | None = typer.Option(None, "--a-column", help="--data: the column of the "
+                                        "queries (default: the run's, else a)."),
+    b_column: str | None = typer.Option(None, "--b-column", help="--data: the column of the "
+                                        "documents (default: the run's, else b)."),
     id_column: str | None = typer.Option(None, "--id-column",
                                          help="--data: the column of document ids."),
     relevant_column: str | None = typer.Option(
@@ -96,8 +101,14 @@ def evaluate(
     """
     from crl.errors import CrlValueError
 
-    if (run_dir is None) == (model is None):
-        raise CrlValueError("eval: give a run directory or --model minilm|PATH|RUN (one of them)")
+    if run_dir is None and model is None:
+        from typer._click.exceptions import MissingParameter
+
+        argument = next(p for p in ctx.command.params if p.name == "run_dir")
+        raise MissingParameter("Or give --model minilm|PATH|RUN.", ctx=ctx, param=argument,
+                               param_hint="'RUN_DIR'", param_type="argument")
+    if run_dir is not None and model is not None:
+        raise CrlValueError("eval: give a run directory or --model minilm|PATH|RUN, not both")
     if data is not None and beir is not None:
         raise CrlValueError("eval: give --data FILE or --beir DIR, not both")
     if qrels is not None and beir is None:
@@ -126,7 +137,9 @@ def evaluate(
             from crl.eval.tasks import score_file
 
             assert data is not None
-            metrics = score_file(encoder, data, split=split or "all", split_column=split_column,
+            columns = _columns(encoder, a_column, b_column)
+            metrics = score_file(encoder, data, columns=columns, split=split or "all",
+                                 split_column=split_column,
                                  ks=cut_offs or DEFAULT_KS, id_column=id_column,
                                  relevant_column=relevant_column, progress=True)
             where = {"file": str(data.resolve()), "split_column": split_column}
@@ -138,6 +151,17 @@ def evaluate(
         print(f"wrote {out}")
     elif data is not None or beir is not None:
         print("(pass --out FILE.json to keep these metrics)")
+
+
+def _columns(encoder: Any, a: str | None, b: str | None) -> Any:
+    """The column map of ``--data``: the run's (or ``a``, ``b``) with ``--a-column`` and
+    ``--b-column`` over it."""
+    from crl.data.config import ColumnsConfig
+
+    base = (encoder.config.data.files.columns if encoder.config is not None
+            else ColumnsConfig())
+    update = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+    return ColumnsConfig.model_validate({**base.model_dump(), **update})
 
 
 def _own_split(source: str, split: str, device: str | None, trusted: Any) -> dict[str, float]:
