@@ -104,8 +104,7 @@ def evaluate(
     if run_dir is None and model is None:
         from typer._click.exceptions import MissingParameter
 
-        argument = next(p for p in ctx.command.params if p.name == "run_dir")
-        raise MissingParameter("Or give --model minilm|PATH|RUN.", ctx=ctx, param=argument,
+        raise MissingParameter("Or give --model minilm|PATH|RUN.", ctx=ctx,
                                param_hint="'RUN_DIR'", param_type="argument")
     if run_dir is not None and model is not None:
         raise CrlValueError("eval: give a run directory or --model minilm|PATH|RUN, not both")
