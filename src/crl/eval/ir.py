@@ -77,18 +77,25 @@ def _check_ks(where: str, ks: Sequence[int]) -> tuple[int, ...]:
 
 def _block_top_k(scores: Tensor, k: int, rank: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """The ``k`` best columns of each row of ``scores (q, c)`` under the order (score down,
-    ``rank (c,)`` up): ``(values (q, k), columns (q, k))``, in no particular order.
+    ``rank (c,)`` up): ``(values (q, k'), columns (q, k'))`` with ``k' = min(k, c)``, in no
+    particular order.
 
-    ``torch.topk`` picks among tied scores arbitrarily; rows where the ``k``-th value is tied
-    with a value outside the pick are picked again with an integer key: every score above the
-    cut-off first (key ``rank``), then the tied ones (key ``n + rank``), lowest key first.
+    ``torch.topk`` picks among tied scores arbitrarily. A row's pick is ambiguous exactly when
+    its ``k``-th and ``(k+1)``-th largest scores are equal (one ``topk`` of ``k + 1`` tells);
+    those rows are picked again with an integer key: every score above the cut-off first (key
+    ``rank``), then the tied ones (key ``n + rank``), lowest key first.
     """
-    values, columns = scores.topk(k, dim=1, largest=True, sorted=False)  # (q, k)
-    cutoff = values.min(dim=1, keepdim=True).values  # (q, 1)
-    boundary = (scores >= cutoff).sum(dim=1) > k  # (q,)
+    if scores.shape[1] <= k:  # the whole block
+        columns = torch.arange(scores.shape[1], device=scores.device).expand_as(scores)
+        return scores, columns
+    values, columns = scores.topk(k + 1, dim=1, largest=True, sorted=False)  # (q, k + 1)
+    values, order = values.sort(dim=1, descending=True)
+    columns = columns.gather(1, order)
+    boundary = values[:, k - 1] == values[:, k]  # (q,)
+    values, columns = values[:, :k], columns[:, :k]
     if bool(boundary.any()):
         rows = boundary.nonzero().squeeze(1)
-        tied, cut = scores[rows], cutoff[rows]  # (t, c), (t, 1)
+        tied, cut = scores[rows], values[rows, k - 1:k]  # (t, c), (t, 1)
         key = torch.where(tied > cut, rank, 2 * n)  # (t, c)
         key = torch.where(tied == cut, rank + n, key)
         picked = key.topk(k, dim=1, largest=False).indices  # (t, k)
@@ -114,9 +121,10 @@ def top_k(queries: Tensor, corpus: Tensor, k: int, *, tie_rank: Tensor | None = 
     """The ``k`` highest-scoring documents of every query, over corpus blocks.
 
     For each block of ``query_block`` queries the corpus is scored ``corpus_block`` documents at
-    a time; each block's best ``k`` are merged into the running best ``k``. The result is exact
-    and does not depend on the block sizes: ties are ordered by ``tie_rank``. Memory beyond the
-    inputs is ``O(query_block x (corpus_block + k))``.
+    a time; each block's best ``k`` are kept and merged into the running best ``k`` whenever
+    the kept candidates reach a block's width (and at the end). The result is exact and does
+    not depend on the block sizes: ties are ordered by ``tie_rank``. Memory beyond the inputs
+    is ``O(query_block x (corpus_block + k))``.
 
     Args:
         queries: ``(Q, D)`` query embeddings.
@@ -158,16 +166,22 @@ def top_k(queries: Tensor, corpus: Tensor, k: int, *, tie_rank: Tensor | None = 
     out_scores, out_indices = [], []
     for q0 in range(0, queries.shape[0], query_block):
         block = queries[q0:q0 + query_block]  # (q, D)
-        best = block.new_full((block.shape[0], k), float("-inf"))  # (q, k)
-        best_idx = torch.full((block.shape[0], k), -1, dtype=torch.int64, device=block.device)
+        # the running best k, and the blocks' candidates not merged into it yet: merged when
+        # they hold as many columns as a block of scores (few merges, bounded memory)
+        pending_scores = [block.new_full((block.shape[0], k), float("-inf"))]  # (q, k)
+        pending_idx = [torch.full((block.shape[0], k), -1, dtype=torch.int64,
+                                  device=block.device)]
         for c0 in range(0, n, corpus_block):
             scores = block @ corpus[c0:c0 + corpus_block].T  # (q, c)
-            kk = min(k, scores.shape[1])
-            values, columns = _block_top_k(scores, kk, tie_rank[c0:c0 + scores.shape[1]], n)
-            best, best_idx = _merge(torch.cat([best, values], dim=1),
-                                    torch.cat([best_idx, columns + c0], dim=1), tie_rank, k)
-        out_scores.append(best)
-        out_indices.append(best_idx)
+            values, columns = _block_top_k(scores, k, tie_rank[c0:c0 + scores.shape[1]], n)
+            pending_scores.append(values)
+            pending_idx.append(columns + c0)
+            if sum(p.shape[1] for p in pending_idx) >= corpus_block + k or c0 + corpus_block >= n:
+                best, best_idx = _merge(torch.cat(pending_scores, dim=1),
+                                        torch.cat(pending_idx, dim=1), tie_rank, k)
+                pending_scores, pending_idx = [best], [best_idx]
+        out_scores.append(pending_scores[0])
+        out_indices.append(pending_idx[0])
     if not out_scores:
         empty = queries.new_empty((0, k))
         return TopK(empty, torch.empty((0, k), dtype=torch.int64, device=queries.device))
