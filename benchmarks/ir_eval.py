@@ -45,12 +45,13 @@ def _inputs(num_docs: int, num_queries: int, seed: int) -> tuple[Any, Any, Any]:
     for start in range(0, num_docs, 100_000):  # in slices: no second full-size temporary
         block = torch.randn(min(100_000, num_docs - start), DIM, generator=g)
         corpus[start:start + len(block)] = torch.nn.functional.normalize(block, dim=1)
-    # queries near a relevant document, so the metrics are not all zero
+    # queries near a relevant document (cosine about 0.28 with it, against about 0.22 for the
+    # best of a million random ones): some found first, some lower, some missed
     relevant = [torch.randint(0, num_docs, (1 + i % 3,), generator=g).unique()
                 for i in range(num_queries)]
     anchors = torch.stack([corpus[r[0]] for r in relevant])
     queries = torch.nn.functional.normalize(
-        anchors + 1.2 * torch.randn(num_queries, DIM, generator=g) / DIM**0.5, dim=1)
+        anchors + 3.5 * torch.randn(num_queries, DIM, generator=g) / DIM**0.5, dim=1)
     return queries, corpus, relevant
 
 

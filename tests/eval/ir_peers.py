@@ -37,7 +37,12 @@ def st_metrics(q: Tensor, c: Tensor, qrels: dict[str, set[str]], ks: list[int],
         accuracy_at_k=ks, precision_recall_at_k=ks, map_at_k=ks, show_progress_bar=False,
         score_functions={"dot": lambda a, b: a @ b.T}, write_csv=False)
     model = StubModel(dict(zip(query_ids, q, strict=True)), dict(zip(doc_ids, c, strict=True)))
-    scores = evaluator.compute_all_metrics(model)["dot"]
+    return flat(evaluator.compute_all_metrics(model)["dot"])
+
+
+def flat(scores: dict[str, dict[int, float]]) -> dict[str, float]:
+    """The evaluator's ``{"ndcg@k": {10: v}, ...}`` as crl's ``{"ir/ndcg@10": v, ...}`` (its
+    accuracy@k, which crl does not report, left out)."""
     return {f"ir/{name.split('@')[0]}@{k}": float(v) for name, by_k in scores.items()
             if name != "accuracy@k" for k, v in by_k.items()}
 

@@ -157,6 +157,8 @@ def test_evaluate_computes_the_ir_metrics_when_asked() -> None:
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: ir_metrics(torch.eye(2), torch.eye(2), Relevance.pairs(2), ks=(0,)), "ks"),
     (lambda: ir_metrics(torch.eye(2), torch.eye(3), Relevance.pairs(2)), "dimension"),
+    (lambda: top_k(torch.eye(2), torch.tensor([[0.0, 1.0], [1.0, float("nan")], [0.0, 0.0]]), 1,
+                   corpus_block=2), r"`corpus\[0:2\]` must be finite; got 1 NaN"),
     (lambda: ranking_metrics(torch.zeros(2, 1, dtype=torch.long), Relevance.pairs(3),
                              num_docs=3), r"relevance.query` must be in \[0, 2\)"),
     (lambda: ranking_metrics(torch.zeros(1, 1, dtype=torch.long),

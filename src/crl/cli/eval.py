@@ -119,48 +119,20 @@ def evaluate(
         metrics = _own_split(source, split or "test", device, trusted)
         record: dict[str, Any] = {"model": source, "split": split or "test", "metrics": metrics}
     else:
-        from crl.eval.encoder import load_encoder
+        from crl.eval.tasks import evaluate_model
 
-        encoder = load_encoder(source, device=device or "cpu", batch_size=batch_size,
-                               trusted_factories=trusted)
-        if beir is not None:
-            from crl.data.beir import load_beir
-            from crl.eval.ir import IR_KS
-            from crl.eval.tasks import score_ir
-
-            ir_data = load_beir(beir, split=split or "test", qrels=qrels)
-            metrics = score_ir(encoder, ir_data, ks=cut_offs or IR_KS, progress=True)
-            where: dict[str, Any] = ir_data.source
-        else:
-            from crl.eval.retrieval import DEFAULT_KS
-            from crl.eval.tasks import score_file
-
-            assert data is not None
-            columns = _columns(encoder, a_column, b_column)
-            metrics = score_file(encoder, data, columns=columns, split=split or "all",
-                                 split_column=split_column,
-                                 ks=cut_offs or DEFAULT_KS, id_column=id_column,
-                                 relevant_column=relevant_column, progress=True)
-            where = {"file": str(data.resolve()), "split_column": split_column}
-        record = {"model": encoder.name, "model_kind": encoder.kind, "data": where,
-                  "split": split or ("test" if beir is not None else "all"), "metrics": metrics}
+        record = evaluate_model(
+            source, data=data, beir=beir, qrels=qrels, split=split, split_column=split_column,
+            ks=cut_offs, a_column=a_column, b_column=b_column, id_column=id_column,
+            relevant_column=relevant_column, device=device or "cpu", batch_size=batch_size,
+            trusted_factories=trusted, progress=True)
+        metrics = record["metrics"]
     _print(f"{record['split']} metrics of {source}", metrics)
     if out is not None:
         _write(out, record)
         print(f"wrote {out}")
     elif data is not None or beir is not None:
         print("(pass --out FILE.json to keep these metrics)")
-
-
-def _columns(encoder: Any, a: str | None, b: str | None) -> Any:
-    """The column map of ``--data``: the run's (or ``a``, ``b``) with ``--a-column`` and
-    ``--b-column`` over it."""
-    from crl.data.config import ColumnsConfig
-
-    base = (encoder.config.data.files.columns if encoder.config is not None
-            else ColumnsConfig())
-    update = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
-    return ColumnsConfig.model_validate({**base.model_dump(), **update})
 
 
 def _own_split(source: str, split: str, device: str | None, trusted: Any) -> dict[str, float]:

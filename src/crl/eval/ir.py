@@ -29,6 +29,7 @@ from torch import Tensor
 
 from crl._validation import check_int_range, check_tensor, describe
 from crl.errors import CrlTypeError, CrlValueError
+from crl.eval.retrieval import _check_ks as check_ks
 
 #: The cut-offs reported when none are given.
 IR_KS: tuple[int, ...] = (1, 5, 10, 100)
@@ -67,12 +68,7 @@ class Relevance(NamedTuple):
 
 
 def _check_ks(where: str, ks: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or len(ks) == 0:
-        raise CrlTypeError(f"{where}: `ks` must be a non-empty sequence of ints; got "
-                           f"{describe(ks)}")
-    for k in ks:
-        check_int_range(where, "ks[...]", k, 1, None)
-    return tuple(sorted({int(k) for k in ks}))
+    return tuple(sorted(set(check_ks(where, ks))))
 
 
 def _block_top_k(scores: Tensor, k: int, rank: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -148,7 +144,7 @@ def top_k(queries: Tensor, corpus: Tensor, k: int, *, tie_rank: Tensor | None = 
     """
     where = "top_k"
     check_tensor(where, "queries", queries, ndim=2)
-    check_tensor(where, "corpus", corpus, ndim=2)
+    check_tensor(where, "corpus", corpus, ndim=2, finite=False)  # checked block by block
     if queries.shape[1] != corpus.shape[1]:
         raise CrlValueError(f"{where}: `queries` and `corpus` must have the same dimension D; "
                             f"got {tuple(queries.shape)} and {tuple(corpus.shape)}")
@@ -172,7 +168,10 @@ def top_k(queries: Tensor, corpus: Tensor, k: int, *, tie_rank: Tensor | None = 
         pending_idx = [torch.full((block.shape[0], k), -1, dtype=torch.int64,
                                   device=block.device)]
         for c0 in range(0, n, corpus_block):
-            scores = block @ corpus[c0:c0 + corpus_block].T  # (q, c)
+            docs = corpus[c0:c0 + corpus_block]  # (c, D)
+            if q0 == 0:  # a whole-corpus isfinite would cost a copy of the corpus
+                check_tensor(where, f"corpus[{c0}:{c0 + len(docs)}]", docs)
+            scores = block @ docs.T  # (q, c)
             values, columns = _block_top_k(scores, k, tie_rank[c0:c0 + scores.shape[1]], n)
             pending_scores.append(values)
             pending_idx.append(columns + c0)

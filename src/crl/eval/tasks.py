@@ -7,7 +7,7 @@ The model comes from :func:`crl.eval.encoder.load_encoder`; nothing here trains.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,4 +136,60 @@ def score_file(encoder: Encoder, path: str | Path, *, columns: ColumnsConfig | N
     return out
 
 
-__all__ = ["FILE_SPLITS", "relevance_of", "score_file", "score_ir"]
+def _columns(encoder: Encoder, a: str | None, b: str | None) -> ColumnsConfig:
+    """The column map of a file: the run's (else ``a``, ``b``) with ``a`` and ``b`` over it."""
+    base = encoder.config.data.files.columns if encoder.config is not None else ColumnsConfig()
+    update = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+    return ColumnsConfig.model_validate({**base.model_dump(), **update})
+
+
+def evaluate_model(spec: str | Path, *, data: str | Path | None = None,
+                   beir: str | Path | None = None, qrels: str | Path | None = None,
+                   split: str | None = None, split_column: str | None = None,
+                   ks: Sequence[int] | None = None, a_column: str | None = None,
+                   b_column: str | None = None, id_column: str | None = None,
+                   relevant_column: str | None = None, device: str = "cpu",
+                   batch_size: int = 256, trusted_factories: Collection[str] = (),
+                   progress: bool = False) -> dict[str, Any]:
+    """Score the model ``spec`` (``minilm``, a model directory or a run:
+    :func:`crl.eval.encoder.load_encoder`) on a file of pairs (``data``,
+    :func:`score_file`) or a BEIR directory (``beir``, with ``qrels`` or
+    ``qrels/<split>.tsv``; :func:`score_ir`), without training.
+
+    The data is read (and checked) before the model is loaded. ``split``: for ``data``
+    ``all`` (default) or a split of ``split_column``; for ``beir`` the qrels split (``test``).
+    ``ks``: the cut-offs (default 1, 5, 10 for a file; 1, 5, 10, 100 for qrels).
+    ``a_column``, ``b_column``: the file's columns (default: the run's, else ``a`` and ``b``).
+
+    Returns:
+        ``{"model", "model_kind", "data", "split", "metrics"}`` (what ``crl eval --out``
+        writes).
+
+    Raises:
+        CrlValueError: for both or neither of ``data`` and ``beir``, and as the functions
+            above.
+    """
+    from crl.data.beir import load_beir
+    from crl.eval.encoder import load_encoder
+
+    if (data is None) == (beir is None):
+        raise CrlValueError("eval: give a file of pairs (data) or a BEIR directory (beir), "
+                            "one of them")
+    ir_data = load_beir(beir, split=split or "test", qrels=qrels) if beir is not None else None
+    encoder = load_encoder(spec, device=device, batch_size=batch_size,
+                           trusted_factories=trusted_factories)
+    if ir_data is not None:
+        metrics: dict[str, Any] = score_ir(encoder, ir_data, ks=ks or IR_KS, progress=progress)
+        where: dict[str, Any] = ir_data.source
+    else:
+        assert data is not None
+        metrics = score_file(encoder, data, columns=_columns(encoder, a_column, b_column),
+                             split=split or "all", split_column=split_column,
+                             ks=ks or DEFAULT_KS, id_column=id_column,
+                             relevant_column=relevant_column, progress=progress)
+        where = {"file": str(Path(data).resolve()), "split_column": split_column}
+    return {"model": encoder.name, "model_kind": encoder.kind, "data": where,
+            "split": split or ("test" if beir is not None else "all"), "metrics": metrics}
+
+
+__all__ = ["FILE_SPLITS", "evaluate_model", "relevance_of", "score_file", "score_ir"]
