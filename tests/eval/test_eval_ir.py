@@ -185,3 +185,14 @@ def test_bad_qrels_are_named(tmp_path: Path) -> None:
     with pytest.raises(CrlValueError, match="judged twice"):
         read_qrels(bad)
     assert read_qrels(BEIR_SMALL / "qrels" / "test.tsv")["q1"] == {"d1": 2, "d3": 1}
+
+
+def test_a_study_on_ndcg_turns_the_ir_metrics_on() -> None:
+    from crl.experiments.negatives.study import NegativesStudy
+
+    study = NegativesStudy("smoke", data="synthetic", metric="ndcg@10")
+    assert all(spec.config["eval"]["ir"] for spec in study.runs())
+    plain = NegativesStudy("smoke", data="synthetic")
+    assert not any(spec.config["eval"].get("ir") for spec in plain.runs())
+    rows = study._with_metric([{"ir/ndcg@10": 0.5, "n": 8, "m": 2, "negatives_per_step": 1}])
+    assert rows[0]["ndcg@10"] == 0.5
