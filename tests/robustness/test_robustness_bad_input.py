@@ -355,6 +355,23 @@ def _cli_eval_latin1_config(tmp: Path) -> list[str]:
     return ["eval", str(run)]
 
 
+def _beir_copy(tmp: Path, qrels: str | None = None) -> Path:
+    """tests/data/beir_small copied under ``tmp``, its test qrels replaced by ``qrels``."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1] / "data" / "beir_small"
+    copy = tmp / "beir"
+    shutil.copytree(root, copy)
+    if qrels is not None:
+        (copy / "qrels" / "test.tsv").write_text(qrels)
+    return copy
+
+
+def _cli_eval_beir(*extra: str, qrels: str | None = None) -> Callable[[Path], list[str]]:
+    return lambda tmp: ["eval", "--model", "minilm", "--beir", str(_beir_copy(tmp, qrels)),
+                        *[x.replace("TMP", str(tmp)) for x in extra]]
+
+
 def _empty_python_root(tmp: Path) -> Callable[[], object]:
     from crl.data import DataConfig, load_data
 
@@ -785,6 +802,25 @@ CASES: list[Case] = [
          "Latin-1 byte (found by the run-directory fuzz)", CrlValueError,
          "config.json: not UTF-8 text (byte 0xe9 at offset ",
          "delete the damaged run directory or re-run it", cli=_cli_eval_latin1_config),
+    Case("cli-eval-missing-qrels", "CLI", "`crl eval --model minilm --beir DIR --qrels FILE` "
+         "where FILE does not exist", CrlValueError,
+         "does not exist (expected a qrels file: BEIR's TSV",
+         "give the judgements of DIR (default DIR/qrels/<split>.tsv; nothing loaded)",
+         cli=_cli_eval_beir("--qrels", "TMP/missing.tsv")),
+    Case("cli-eval-qrels-unknown-id", "CLI", "`crl eval --model minilm --beir DIR` whose qrels "
+         "name a document that is not in `corpus.jsonl`", CrlValueError,
+         "the qrels name 1 corpus id(s) that are not in the corpus (first: ['d404'])",
+         "fix the ids, or add the documents to corpus.jsonl",
+         cli=_cli_eval_beir(qrels="query-id\tcorpus-id\tscore\nq1\td404\t1\n")),
+    Case("cli-eval-ks-zero", "CLI", "`crl eval --model minilm --beir DIR --ks 0,10`",
+         CrlValueError, "eval: --ks must be comma-separated integers >= 1 (e.g. 1,10,100); "
+         "got '0,10'", "give cut-offs >= 1", cli=_cli_eval_beir("--ks", "0,10")),
+    Case("ir-metrics-k-zero", "API", "`crl.eval.ir_metrics(queries, corpus, relevance, "
+         "ks=(0,))`", CrlValueError, "ir_metrics: `ks[...]` must be in >= 1; got 0",
+         "use cut-offs >= 1",
+         api=lambda _: lambda: __import__("crl.eval", fromlist=["ir_metrics"]).ir_metrics(
+             torch.eye(2), torch.eye(2), __import__("crl.eval", fromlist=["Relevance"])
+             .Relevance.pairs(2), ks=(0,))),
     Case("cli-report-study-json-nested-deep", "CLI", "`crl report DIR` whose `study.json` nests "
          "arrays 100,000 deep (found by the run-directory fuzz)", CrlValueError,
          "study.json: nests its JSON deeper than the parser can follow",

@@ -243,3 +243,8 @@ class DataSplits:
     val: PairDataset
     test: PairDataset
     info: DataInfo
+    #: Which items the splits hold (``config.json``'s ``data.split`` in a run directory): how
+    #: they were made (``how``: ``drawn``, ``column`` or ``files``), ``num_train``, and for
+    #: ``val`` and ``test`` the row indices in the data set or the file they were read from
+    #: (``{"file": ..., "sha256": ...}``).
+    record: dict[str, Any] = field(default_factory=dict)

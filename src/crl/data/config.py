@@ -149,12 +149,37 @@ class ColumnsConfig(BaseModel):
 class FilesConfig(BaseModel):
     """A user's pairs: ``.npz`` (arrays ``a``, ``b``, optional ``labels``), or a table of texts
     (``.jsonl``, ``.csv``, ``.tsv``, ``.parquet``, a ``datasets`` ``save_to_disk`` directory)
-    read through ``columns``."""
+    read through ``columns``.
+
+    The split (docs/evaluation.md, "Which split"): by default ``val_fraction`` and
+    ``test_fraction`` of ``path``, drawn with ``split_seed``. ``test_path`` (and ``val_path``)
+    name files (same format and columns) that are the test (validation) split, the rest of
+    ``path`` being split as before without that share; or ``split_column`` names a column of
+    ``path`` whose cells say each row's split (``train``, ``val``/``validation``/``dev`` or
+    ``test``), and the fractions are not used.
+
+    Attributes:
+        path: The pairs.
+        val_path, test_path: Files holding the validation / test pairs (None: drawn from
+            ``path``).
+        split_column: A column naming each row's split (None: drawn).
+        columns: The column map.
+    """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str | None = None
+    val_path: str | None = None
+    test_path: str | None = None
+    split_column: str | None = Field(None, min_length=1)
     columns: ColumnsConfig = Field(default_factory=ColumnsConfig)
+
+    @model_validator(mode="after")
+    def _one_split_source(self) -> FilesConfig:
+        if self.split_column is not None and (self.val_path or self.test_path):
+            raise ValueError("give split_column or val_path/test_path, not both: the column "
+                             "already says which rows are validation and test")
+        return self
 
 
 class DataConfig(BaseModel):

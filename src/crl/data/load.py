@@ -14,18 +14,25 @@ from pydantic import BaseModel
 from crl.data.base import DataInfo, DataSplits, PairDataset, TensorPairDataset, TextPairDataset
 from crl.data.config import DataConfig
 from crl.data.digits import AugmentedImageDataset, load_digit_images
-from crl.data.files import load_pair_file
+from crl.data.files import load_pair_file, read_split_column
 from crl.data.pycode import load_pycode_pairs
-from crl.data.splits import long_tail_subset, split_indices, train_order
+from crl.data.splits import long_tail_subset, split_by_column, split_indices, train_order
 from crl.data.synthetic import sample_synthetic
 from crl.errors import CrlValueError
 
 
-def _splits(full: PairDataset, cfg: DataConfig, info: DataInfo,
-            long_tail: float = 1.0) -> DataSplits:
+def _indices(full: PairDataset, cfg: DataConfig, info: DataInfo, long_tail: float = 1.0,
+             parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+             test_fraction: float | None = None, val_fraction: float | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(train in training order, val, test)`` row indices of ``full``: ``parts`` when given
+    (a split column), else drawn with ``cfg.split_seed``."""
     labels = None if full.labels is None else full.labels.numpy()
-    train, val, test = split_indices(len(full), cfg.val_fraction, cfg.test_fraction,
-                                     cfg.split_seed, labels)
+    if parts is None:
+        parts = split_indices(len(full), cfg.val_fraction if val_fraction is None else val_fraction,
+                              cfg.test_fraction if test_fraction is None else test_fraction,
+                              cfg.split_seed, labels)
+    train, val, test = parts
     if long_tail > 1.0:
         if labels is None:
             raise CrlValueError("load_data: an imbalance ratio needs labelled data")
@@ -35,8 +42,24 @@ def _splits(full: PairDataset, cfg: DataConfig, info: DataInfo,
             f"load_data: the training split of {info.name!r} is empty ({len(full)} pairs, "
             f"val_fraction={cfg.val_fraction}, test_fraction={cfg.test_fraction})"
         )
-    train = train_order(train, cfg.seed, cfg.num_train)
-    return DataSplits(full.subset(train), full.subset(val), full.subset(test), info)
+    return train_order(train, cfg.seed, cfg.num_train), val, test
+
+
+def _record(how: str, train: np.ndarray, val: Any, test: Any, **extra: Any) -> dict[str, Any]:
+    """What :attr:`DataSplits.record` says: how the split was made, the size of the training
+    split, and the rows (or the file) of the validation and test splits."""
+    def part(p: Any) -> Any:
+        return p.tolist() if isinstance(p, np.ndarray) else p
+
+    return {"how": how, **extra, "num_train": len(train), "val": part(val), "test": part(test)}
+
+
+def _splits(full: PairDataset, cfg: DataConfig, info: DataInfo,
+            long_tail: float = 1.0) -> DataSplits:
+    train, val, test = _indices(full, cfg, info, long_tail)
+    record = _record("drawn", train, val, test, split_seed=cfg.split_seed,
+                     val_fraction=cfg.val_fraction, test_fraction=cfg.test_fraction)
+    return DataSplits(full.subset(train), full.subset(val), full.subset(test), info, record)
 
 
 def _num_classes(labels: torch.Tensor | None) -> int | None:
@@ -72,21 +95,45 @@ def _load_pycode(cfg: DataConfig, progress: bool) -> DataSplits:
 
 
 def _load_files(cfg: DataConfig, progress: bool) -> DataSplits:
-    if cfg.files.path is None:
+    files = cfg.files
+    if files.path is None:
         raise CrlValueError("load_data: data `files` needs `files.path` (a .npz, .jsonl, .csv, "
                             ".tsv or .parquet file, or a datasets save_to_disk directory)")
-    dataset, provenance = load_pair_file(cfg.files.path, cfg.files.columns)
+    dataset, provenance = load_pair_file(files.path, files.columns)
+    held: dict[str, tuple[PairDataset, dict[str, Any]]] = {
+        name: load_pair_file(path, files.columns)
+        for name, path in (("val", files.val_path), ("test", files.test_path)) if path}
+    if held:
+        provenance = {**provenance, **{f"{name}_path": p for name, (_, p) in held.items()}}
     if isinstance(dataset, TensorPairDataset):
         info = DataInfo("vector", int(dataset.a.shape[1]), int(dataset.b.shape[1]), None,
                         _num_classes(dataset.labels), "files", provenance)
     else:
         info = DataInfo("text", None, None, None, _num_classes(dataset.labels), "files",
                         provenance)
-    if dataset.labels is not None and int(dataset.labels.min()) < 0:
-        raise CrlValueError(
-            f"files: labels must be non-negative class ids; got {int(dataset.labels.min())}"
-        )
-    return _splits(dataset, cfg, info)
+    for part in [dataset, *(d for d, _ in held.values())]:
+        if part.labels is not None and int(part.labels.min()) < 0:
+            raise CrlValueError(
+                f"files: labels must be non-negative class ids; got {int(part.labels.min())}")
+    if files.split_column is not None:
+        if isinstance(dataset, TensorPairDataset):
+            raise CrlValueError("files: data.files.split_column needs a table of texts; a .npz "
+                                "has no columns (use val_path/test_path)")
+        parts = split_by_column(*read_split_column(files.path, files.split_column))
+        train, val, test = _indices(dataset, cfg, info, parts=parts)
+        record = _record("column", train, val, test, split_column=files.split_column)
+        return DataSplits(dataset.subset(train), dataset.subset(val), dataset.subset(test),
+                          info, record)
+    if not held:
+        return _splits(dataset, cfg, info)
+    train, val, test = _indices(dataset, cfg, info, test_fraction=0.0 if "test" in held else None,
+                                val_fraction=0.0 if "val" in held else None)
+    sources = {name: {"file": p["path"], "sha256": p["sha256"]} for name, (_, p) in held.items()}
+    record = _record("files", train, sources.get("val", val), sources.get("test", test),
+                     split_seed=cfg.split_seed)
+    return DataSplits(dataset.subset(train),
+                      held["val"][0] if "val" in held else dataset.subset(val),
+                      held["test"][0] if "test" in held else dataset.subset(test), info, record)
 
 
 class CacheHook(NamedTuple):

@@ -6,6 +6,8 @@ its seed, never on the global RNG or the number of processes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from crl.errors import CrlValueError
@@ -53,6 +55,37 @@ def split_indices(n: int, val_fraction: float, test_fraction: float, seed: int,
         train.append(perm[n_test + n_val:])
     return tuple(np.sort(np.concatenate(part)).astype(np.int64)  # type: ignore[return-value]
                  for part in (train, val, test))
+
+
+#: The cells of a split column, and the split each names.
+SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "dev": "val", "test": "test"}
+
+
+def split_by_column(values: Sequence[object], rows: Sequence[str]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(train, val, test)`` sorted int64 index arrays from each row's split name.
+
+    Args:
+        values: One cell per row: ``train``, ``val`` (or ``validation``, ``dev``) or ``test``
+            (any case, surrounding spaces ignored).
+        rows: How each row is named in an error.
+
+    Raises:
+        CrlValueError: for another value, naming the row.
+
+    Example:
+        >>> [p.tolist() for p in split_by_column(["test", "train", "Dev", "train"], list("abcd"))]
+        [[1, 3], [2], [0]]
+    """
+    parts: dict[str, list[int]] = {"train": [], "val": [], "test": []}
+    for i, value in enumerate(values):
+        name = SPLIT_NAMES.get(str(value).strip().lower()) if value is not None else None
+        if name is None:
+            raise CrlValueError(f"{rows[i]}: the split must be one of "
+                                f"{', '.join(SPLIT_NAMES)}; got {value!r}")
+        parts[name].append(i)
+    return tuple(np.asarray(parts[k], dtype=np.int64)  # type: ignore[return-value]
+                 for k in ("train", "val", "test"))
 
 
 def train_order(train: np.ndarray, seed: int, num_train: int | None) -> np.ndarray:

@@ -77,7 +77,18 @@ def _table() -> dict[str, MetricSpec]:
         for kind in ("mean", "median"):
             specs.append(MetricSpec(f"retrieval/{way}_{kind}_rank", False, (1.0, math.inf),
                                     f"{way} {kind} rank of the positive"))
+    for name in IR_NAMES:  # crl.eval.ir's metrics, under their keys and their short names
+        for k in (1, 5, 10, 100):
+            # ``recall@k`` alone stays the paired retrieval recall (both directions' mean)
+            for key in (f"ir/{name}@{k}",) + (() if name == "recall" else (f"{name}@{k}",)):
+                specs.append(MetricSpec(key, True, unit, f"{IR_NAMES[name]}@{k} (eval.ir)",
+                                        fraction=True))
     return {s.name: s for s in specs}
+
+
+#: The IR metrics (:mod:`crl.eval.ir`) and their names in words.
+IR_NAMES = {"ndcg": "nDCG", "mrr": "MRR", "map": "MAP", "recall": "recall",
+            "precision": "precision"}
 
 
 METRICS: dict[str, MetricSpec] = _table()
@@ -100,6 +111,20 @@ def metric_spec(name: str) -> MetricSpec:
 RECALL_AT_1 = ("retrieval/x2y_recall@1", "retrieval/y2x_recall@1")
 
 
+def ir_key(name: str) -> str | None:
+    """The run metric an IR study metric is read from (``ndcg@10`` -> ``ir/ndcg@10``), None
+    for any other metric; a study with one turns ``eval.ir`` on.
+
+    Example:
+        >>> ir_key("ndcg@10"), ir_key("ir/map@100"), ir_key("recall@1")
+        ('ir/ndcg@10', 'ir/map@100', None)
+    """
+    short = name.removeprefix("ir/")
+    if short.split("@")[0] not in IR_NAMES or name not in METRICS or name.startswith("recall"):
+        return None
+    return f"ir/{short}"
+
+
 def metric_keys(name: str) -> tuple[str, ...]:
     """The keys of a run's flat metrics that metric ``name`` is read from (``recall@1``: both
     directions).
@@ -108,7 +133,7 @@ def metric_keys(name: str) -> tuple[str, ...]:
         >>> metric_keys("recall@1"), metric_keys("probe/knn_acc")
         (('retrieval/x2y_recall@1', 'retrieval/y2x_recall@1'), ('probe/knn_acc',))
     """
-    return RECALL_AT_1 if name == "recall@1" else (name,)
+    return RECALL_AT_1 if name == "recall@1" else (ir_key(name) or name,)
 
 
 def metric_value(row: Mapping[str, Any], name: str) -> float | None:
@@ -125,5 +150,5 @@ def metric_value(row: Mapping[str, Any], name: str) -> float | None:
         values = [row.get(key) for key in RECALL_AT_1]
         nums = [float(v) for v in values if isinstance(v, (int, float))]
         return sum(nums) / len(nums) if nums else None
-    value = row.get(name)
+    value = row.get(ir_key(name) or name)
     return float(value) if isinstance(value, (int, float)) else None

@@ -149,6 +149,9 @@ class EvalConfig(_Section):
         block_size: Query rows scored at once in retrieval metrics.
         hard_negatives: Each query's hard negatives (data with hard-negative columns) are
             extra candidates in the ``x2y`` retrieval metrics (docs/data.md).
+        ir: Also the IR metrics ``ir/{ndcg,mrr,map,recall,precision}@k`` at each of ``ks``,
+            each pair's ``b`` the one relevant document of its ``a`` among the split's
+            (docs/evaluation.md); a study's ``--metric ndcg@10`` turns it on.
     """
 
     ks: list[int] = Field(default_factory=lambda: [1, 5, 10])
@@ -161,6 +164,7 @@ class EvalConfig(_Section):
     batch_size: int = Field(1024, ge=1)
     block_size: int = Field(1024, ge=1)
     hard_negatives: bool = False
+    ir: bool = False
 
     @model_validator(mode="after")
     def _check_ks(self) -> EvalConfig:

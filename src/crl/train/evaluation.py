@@ -21,6 +21,7 @@ from crl.eval import (
     uniformity,
 )
 from crl.eval.prefixes import prefix_retrieval_metrics
+from crl.eval.ir import Relevance, ir_metrics
 from crl.models import DualEncoder
 from crl.models.encode import encode_hard_negatives
 from crl.rundir import CHECKPOINT_FILE, EVAL_FILE, write_json
@@ -86,8 +87,9 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
 
     Returns:
         ``retrieval/...`` (and ``retrieval_dim{d}/...`` for each prefix),
-        ``geometry/alignment``, ``geometry/uniformity``, ``risk/contrastive``, and for labelled
-        data ``probe/linear_acc``, ``probe/linear_balanced_acc``, ``probe/knn_acc``,
+        ``geometry/alignment``, ``geometry/uniformity``, ``risk/contrastive``, ``ir/...`` with
+        ``cfg.ir``, and for labelled data ``probe/linear_acc``, ``probe/linear_balanced_acc``,
+        ``probe/knn_acc``,
         ``probe/knn_balanced_acc``.
     """
     za, zb = encode_split(model, split, batch_size=cfg.batch_size, device=device)
@@ -98,6 +100,9 @@ def evaluate(model: DualEncoder, split: Any, cfg: EvalConfig, *, temperature: fl
         out.update(retrieval_metrics(za, zb, ks=cfg.ks, block_size=cfg.block_size, hard=zh))
         out.update(prefix_retrieval_metrics(za, zb, prefix_dims, normalize=model.normalize,
                                             ks=cfg.ks, block_size=cfg.block_size, hard=zh))
+    if cfg.ir:
+        out.update(ir_metrics(za, zb, Relevance.pairs(len(za)), ks=cfg.ks,
+                              query_block=cfg.block_size))
     if cfg.geometry:
         out["geometry/alignment"] = alignment(za, zb)
         out["geometry/uniformity"] = 0.5 * (uniformity(za, block_size=cfg.block_size)

@@ -110,7 +110,7 @@ class TrainingRun:
                 "environment": environment_info(), "data": {
                     "name": splits.info.name, "num_train": len(built.train_ds),
                     "num_val": len(splits.val), "num_test": len(splits.test),
-                    "provenance": splits.info.provenance},
+                    "provenance": splits.info.provenance, "split": splits.record},
                 "total_steps": total, "steps_per_epoch": built.steps_per_epoch},
                 resumed_at=None if checkpoint is None else run.step)
         return run

@@ -76,6 +76,20 @@ def read_texts(path: str | Path, column: str) -> list[str]:
     return texts_of_column(read_text_table(path), column)
 
 
+def read_split_column(path: str | Path, column: str) -> tuple[list[object], list[str]]:
+    """The cells of the split column ``column`` of a table, and how each row is named in an
+    error (:func:`crl.data.splits.split_by_column`).
+
+    Raises:
+        CrlValueError: for a ``.npz`` (arrays have no split column) or a missing column.
+    """
+    table = read_text_table(path)
+    if column not in table.columns:
+        raise CrlValueError(f"files: {table.path} has no column {column!r} (data.files."
+                            f"split_column); its columns are {list(table.columns)}")
+    return list(table.columns[column]), [table.where(i, column) for i in range(len(table))]
+
+
 def load_pair_file(path: str | Path,
                    columns: ColumnsConfig | None = None) -> tuple[PairDataset, dict[str, Any]]:
     """Load the pairs of ``path`` and its provenance (path, size, sha256).
@@ -107,4 +121,5 @@ def load_pair_file(path: str | Path,
     return dataset, _provenance(p)
 
 
-__all__ = ["SUPPORTED_SUFFIXES", "load_pair_file", "read_text_table", "read_texts"]
+__all__ = ["SUPPORTED_SUFFIXES", "load_pair_file", "read_split_column", "read_text_table",
+           "read_texts"]

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator
 
 from crl.errors import CrlValueError
-from crl.experiments.metrics import METRICS, metric_keys, metric_spec, metric_value
+from crl.experiments.metrics import METRICS, ir_key, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.curves import curve_cells
@@ -218,6 +218,8 @@ class NegativesStudy(Study):
             config = grids.user_run_config(self.base, self.grid, n=n, m=m, regime=run_regime,
                                            seed=seed, temperature=self.temperature,
                                            probe=probe, device=self.device)
+        if ir_key(self.metric):  # the IR metrics are computed only when asked for
+            config["eval"]["ir"] = True
         tags: dict[str, Any] = {"n": n, "m": m, "m_fraction": fraction, "regime": regime,
                                 "seed": seed,
                                 "negatives_per_step": self.grid.negatives_per_step(n, m)}
@@ -280,9 +282,9 @@ class NegativesStudy(Study):
         out = []
         for row in rows:
             row = dict(row)
-            if self.metric == "recall@1":  # derived: both directions' mean
-                value = metric_value(row, "recall@1")
-                row["recall@1"] = float("nan") if value is None else value
+            if self.metric == "recall@1" or ir_key(self.metric):  # derived, or a short name
+                value = metric_value(row, self.metric)
+                row[self.metric] = float("nan") if value is None else value
             if row.get("negatives_per_step") is None:  # results written before runs recorded k
                 row["negatives_per_step"] = self.grid.negatives_per_step(int(row["n"]),
                                                                          float(row["m"]))
