@@ -73,6 +73,16 @@ def per_batch(rows: list[dict[str, Any]], cell: CurveCell, grid: BatchGrid,
     return out
 
 
+def interval_text(lower: float, upper: float) -> str:
+    """A B* interval, an open lower end as a dash.
+
+    Example:
+        >>> interval_text(0.0, 64.0), interval_text(128.0, math.inf)
+        ('[—, 64]', '[128, ∞]')
+    """
+    return f"[{'—' if lower <= 0 else m_text(lower)}, {m_text(upper)}]"
+
+
 class HasReading(Protocol):
     """A reading of B*: a :class:`~crl.experiments.negatives.curves.CurveCell` or a seed's
     :class:`~crl.experiments.negatives.curves.Reading`."""
@@ -94,10 +104,12 @@ def b_text(c: HasReading) -> str:
         >>> from crl.experiments.negatives.curves import Reading
         >>> b_text(Reading("above", None, 512.0, math.inf))
         'B* not located (above the swept B; 95% interval [512, ∞])'
+        >>> b_text(Reading("below", None, 0.0, 8.0))
+        'B* not located (at or below the smallest swept B; 95% interval [—, 8])'
         >>> b_text(Reading("located", 256.0, 256.0, 256.0))
         'B* = 256 [256, 256]'
     """
-    interval = f"[{m_text(c.lower)}, {m_text(c.upper)}]"
+    interval = interval_text(c.lower, c.upper)
     if c.m_star is not None:
         return f"B* = {m_text(c.m_star)} {interval}"
     where = "above the swept B" if c.status == "above" else "at or below the smallest swept B"
@@ -122,7 +134,7 @@ def _tables(cell: CurveCell, batches: list[dict[str, Any]], spec: MetricSpec,
         ["B*", "95% interval (seed resamples)", "m = B* - 1 (shared, in batch)",
          "m (% of the training pairs)", "grid step around B* (factor)", "curve", "seeds",
          "resamples", "reading"],
-        [[m_text(cell.m_star), f"[{m_text(cell.lower)}, {m_text(cell.upper)}]",
+        [[m_text(cell.m_star), interval_text(cell.lower, cell.upper),
           "—" if cell.m_star is None else m_text(cell.m_star - 1),
           "—" if cell.m_star is None else pct(cell.m_star - 1, cell.n), cell.resolution,
           f"{cell.method} ({cell.method_reason})", len(cell.seeds),

@@ -138,6 +138,7 @@ def estimate_b_star(n: int, bs: tuple[float, ...], seeds: tuple[int, ...], table
     k = best_index(table)
     rising = table[:, :max(k, 1) + 1]
     method, why, test = choose_curve(rising, grid[:rising.shape[1]])
+    why = why.replace("swept m", "swept B").replace("with m", "with B")
     means = additive_means(table)
     pooled = _reading(table, grid, n, method, tolerance)
     curve = _fit(method, grid[:rising.shape[1]], *_columns(rising))

@@ -213,7 +213,8 @@ class BatchStudy(Study):
             if spec.run_id not in known:
                 known.add(spec.run_id)
                 new.append({"stage": stage, "batch_size": a.m, "seed": a.seed,
-                            "reason": a.reason.replace("log m", "log B")})
+                            "reason": a.reason.replace("log m", "log B").replace(
+                                "m inside", "B inside")})
         if new:
             self.added += new
             write_json(study_dir / REFINEMENT_FILE, {"added": self.added})
