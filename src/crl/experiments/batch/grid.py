@@ -156,10 +156,11 @@ def check_in_batch(base: dict[str, Any], origin: str) -> None:
 
 
 def user_run_config(base: dict[str, Any], grid: BatchGrid, *, batch: int, seed: int,
-                    device: str | None) -> dict[str, Any]:
+                    device: str | None, probe: bool = False) -> dict[str, Any]:
     """The run config of one (B, seed) from a user's resolved ``crl train`` config ``base``:
     its data, model, loss and optimiser stay; the batch, the budget, the micro-batch, the
-    seeds and (when given) the training pairs used are the study's."""
+    seeds and (when given) the training pairs used are the study's; the probes run when the
+    study's metric is one (``probe``)."""
     config = copy.deepcopy(base)
     config["data"]["seed"] = seed
     if grid.num_train is not None:
@@ -169,4 +170,5 @@ def user_run_config(base: dict[str, Any], grid: BatchGrid, *, batch: int, seed: 
                            checkpoint_every_s=60.0, micro_batch_size=grid.micro_batch(batch))
     if device is not None:
         config["train"]["device"] = device
+    config["eval"]["probe"] = bool(config["eval"]["probe"] or probe)
     return config

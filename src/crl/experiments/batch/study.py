@@ -153,7 +153,8 @@ class BatchStudy(Study):
                                               device=self.device)
         else:
             config = grids.user_run_config(self.base, self.grid, batch=batch, seed=seed,
-                                           device=self.device)
+                                           device=self.device,
+                                           probe=self.metric.startswith("probe/"))
         micro = self.grid.micro_batch(batch)
         tags: dict[str, Any] = {"batch_size": batch, "m": batch - 1, "regime": REGIME,
                                 "seed": seed, "steps": self.grid.steps(batch),
