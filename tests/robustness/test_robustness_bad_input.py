@@ -795,6 +795,14 @@ CASES: list[Case] = [
          "holds a study with other options (preset 'quick' there, 'smoke' now",
          "re-run with its own options, choose another --out, or pass --force",
          cli=_cli_study_other_options),
+    Case("cli-study-batch-not-in-batch", "CLI", "`crl study batch --config gcl.yaml` (a loss "
+         "without in-batch negatives)", CrlValueError,
+         "loss.name must be an in-batch loss (clip, info_nce, dcl, siglip) for a batch-size "
+         "sweep; got 'gcl'", "train with an in-batch loss, or sweep m with `crl study negatives`"
+         " (nothing trained)",
+         cli=lambda tmp: ["study", "batch", "--out", str(tmp), "--config", str(_write(
+             tmp / "gcl.yaml", "data: {name: synthetic}\nmodel: {kind: linear}\n"
+             "loss: {name: gcl}\n"))]),
     Case("cli-encode-out-directory", "CLI", "`crl encode RUN_DIR texts.jsonl --out DIR` where DIR "
          "is an existing directory", CrlValueError, "is a directory; give the .npy file to write",
          "give a file name such as DIR/embeddings.npy", cli=_cli_encode_into_a_directory),

@@ -61,6 +61,7 @@ def _register() -> None:
     from crl.cli import info as _info  # noqa: F401
     from crl.cli import mine as _mine  # noqa: F401
     from crl.cli import study as _study  # noqa: F401
+    from crl.cli import study_batch as _study_batch  # noqa: F401
     from crl.cli import train as _train  # noqa: F401
 
 

@@ -9,12 +9,14 @@ from crl.experiments.study import Study
 
 
 def _studies() -> dict[str, type[Study]]:
+    from crl.experiments.batch import BatchStudy
     from crl.experiments.negatives import NegativesStudy
     from crl.experiments.studies.calibration import CalibrationStudy
     from crl.experiments.studies.gcl import GclStudy
     from crl.experiments.studies.imbalance import ImbalanceStudy
 
-    studies: list[type[Study]] = [NegativesStudy, CalibrationStudy, ImbalanceStudy, GclStudy]
+    studies: list[type[Study]] = [NegativesStudy, CalibrationStudy, ImbalanceStudy, GclStudy,
+                                  BatchStudy]
     return {s.name: s for s in studies}
 
 
