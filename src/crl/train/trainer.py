@@ -247,6 +247,10 @@ class Trainer:
         runs: The runs, started (:meth:`TrainingRun.start`).
         step: The step strategy (:func:`crl.train.steps.build_step`, or
             :class:`crl.train.steps.GroupStep` for a group).
+        final_checkpoint: Write each run's ``checkpoint.pt`` after its last step (False: the
+            last checkpoint is the one before, and a run killed during its final evaluation
+            resumes from there; for runs whose weights are dropped once their summary is
+            written, as a study's are).
 
     Raises:
         CrlValueError: for no runs, or runs that differ in what makes the batches or the
@@ -266,7 +270,8 @@ class Trainer:
         (True, 2)
     """
 
-    def __init__(self, runs: Sequence[TrainingRun], step: Step) -> None:
+    def __init__(self, runs: Sequence[TrainingRun], step: Step, *,
+                 final_checkpoint: bool = True) -> None:
         if not runs:
             raise CrlValueError("Trainer: `runs` must hold at least one started run; got none")
         for i, run in enumerate(runs[1:], start=1):
@@ -276,7 +281,7 @@ class Trainer:
                 raise CrlValueError(f"Trainer: the runs move in lockstep on the first run's "
                                     f"batches; run {i} differs from the first in its "
                                     f"{', '.join(differ)}")
-        self.runs, self.step = list(runs), step
+        self.runs, self.step, self.final_checkpoint = list(runs), step, final_checkpoint
         cfg, lead = runs[0].config.train, runs[0].built
         self.checkpoints = CheckpointClock(cfg.checkpoint_every, cfg.checkpoint_every_s)
         self.sampler = build_sampler(cfg.sampler, lead.splits.train, cfg.batch_size,
@@ -344,6 +349,8 @@ class Trainer:
         if cfg.eval_every and at % cfg.eval_every == 0 and lead.built.val_ds is not None \
                 and at < total:
             self.evaluate()
+        if at == total and not self.final_checkpoint:
+            return  # the weights are not kept: the summary follows, then nothing to resume
         if at == stop or self.checkpoints.due(at):
             self.checkpoint()
             check_stop(at)  # a stop requested (crl.train.stop) ends the runs here
