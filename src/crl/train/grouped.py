@@ -47,7 +47,7 @@ from crl.errors import CrlValueError
 from crl.losses import Objective
 from crl.models import DualEncoder
 from crl.train.build import BuiltRun, build_run, run_objective
-from crl.train.checkpoint import rng_state, set_rng_state
+from crl.train.checkpoint import rng_state, same_rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash, stable_hash
 from crl.train.steps import GroupingError, GroupStep, SeparateTowers, StackedTowers
 from crl.train.steps.group import Towers
@@ -163,12 +163,6 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
             torch.set_num_threads(threads)
 
 
-def _same_rng(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"]
-            and torch.equal(a["numpy"]["key"], b["numpy"]["key"])
-            and a["numpy"]["pos"] == b["numpy"]["pos"])
-
-
 def _copy_model(model: DualEncoder) -> DualEncoder:
     """A copy of ``model``'s modules and weights that shares its text featurizer (a
     tokenizer and its memo of every text tokenised: the same function of the texts for every
@@ -197,11 +191,11 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
                              num_classes=first.splits.info.num_classes).to(device)
 
     objective(configs[0])  # does building an objective draw? (then states[0] holds draws)
-    quiet = _same_rng(states[0], rng_state())
+    quiet = same_rng_state(states[0], rng_state())
     set_rng_state(states[0])
     for config in configs[1:]:
         made = objective(config)
-        if quiet and _same_rng(states[0], rng_state()):
+        if quiet and same_rng_state(states[0], rng_state()):
             builts.append(replace(first, model=_copy_model(first.model), objective=made))
         else:
             builts.append(build_run(config, device))

@@ -41,12 +41,13 @@ from crl.train.build import (
     sparse_parameters,
     trainable,
 )
-from crl.train.checkpoint import load_checkpoint, rng_state, set_rng_state
+from crl.train.checkpoint import load_checkpoint, rng_state, same_rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash
 from crl.train.evaluation import evaluate, probe_features
 from crl.train.progress import TrainProgress
 from crl.train.sampler import build_sampler
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
+from crl.train.steps.group import GroupingError
 from crl.train.stop import check_stop
 from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
 from crl.train.writer import RunWriter
@@ -311,9 +312,7 @@ class Trainer:
                         run.optimizer.zero_grad(set_to_none=True)
                     try:
                         losses = self.step(self.runs, batch)
-                        for run, (loss, logs) in zip(self.runs, losses, strict=True):
-                            with run.rng:
-                                run.update(loss, logs)
+                        self._update(losses)
                     except NonFiniteLossError as exc:
                         raise self._stopped(exc) from None
                     bar.update(lead.step, loss=losses[0][0])
@@ -323,6 +322,23 @@ class Trainer:
         if lead.step < total:
             return [RunResult(run.writer.run_dir, {}, run.step, False) for run in self.runs]
         return self.finish(clock)
+
+    def _update(self, losses: list[tuple[float, dict[str, float]]]) -> None:
+        """Every run's optimiser step (:meth:`TrainingRun.update`). A lone run steps under its
+        RNG context; a group's runs step outside theirs: an update draws no random numbers
+        (checked once per step, on the global streams: a draw raises
+        :class:`~crl.train.steps.GroupingError` and the runs train one at a time), and setting
+        a run's stream costs more than a small model's update."""
+        if len(self.runs) == 1:
+            [run], [(loss, logs)] = self.runs, losses
+            with run.rng:
+                run.update(loss, logs)
+            return
+        before = rng_state()
+        for run, (loss, logs) in zip(self.runs, losses, strict=True):
+            run.update(loss, logs)
+        if not same_rng_state(before, rng_state()):
+            raise GroupingError("grouped training: an optimiser step drew random numbers")
 
     def _loader(self, epoch: int, position: int) -> DataLoader[Any]:
         """The lead's batches of ``epoch`` from ``position`` on (every run told the epoch)."""
