@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from test_grouped import LINEAR, SYNTHETIC, _configs, _records
 
 from crl.models.bag_rows import bag_rows
 from crl.rundir import CHECKPOINT_FILE
 from crl.train.grouped import GroupingError, fit_group
-
-from test_grouped import LINEAR, SYNTHETIC, _configs, _records
 
 
 def test_no_final_checkpoint_same_runs(tmp_path: Path) -> None:
