@@ -57,7 +57,10 @@ class GroupStep:
         (xa, xb, xh), index, labels = batch_to(batch, learners[0].device)
         if xh is not None:
             raise GroupingError("grouped training: the batch has hard negatives")
-        za, zb = self.towers(learners, xa, xb)
+        stacked_a, stacked_b = self.towers(learners, xa, xb)
+        # One view per run: unbind's backward stacks the runs' gradients once, where indexing
+        # ``za[g]`` would add a zero-padded (G, B, D) gradient per run (G^2 B D of work).
+        za, zb = _per_run(stacked_a), _per_run(stacked_b)
         losses, out = [], []
         for g, run in enumerate(learners):
             with run.rng:
@@ -67,6 +70,11 @@ class GroupStep:
             losses.append(loss)
         torch.stack(losses).sum().backward()  # type: ignore[no-untyped-call]
         return out
+
+
+def _per_run(z: GroupEmbeddings) -> Sequence[Tensor]:
+    """Run ``g``'s ``(B, D)`` embeddings at ``[g]``."""
+    return z.unbind(0) if isinstance(z, Tensor) else z
 
 
 __all__ = ["GroupEmbeddings", "GroupStep", "GroupingError", "Towers"]
