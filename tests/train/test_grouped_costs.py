@@ -98,3 +98,21 @@ def test_bag_rows_matrices_match_torch_sorts(seed: int) -> None:
     dense[:, 0] = 0
     expected = dense / dense.sum(dim=1, keepdim=True).clamp_min(1)
     assert torch.allclose(rows.weights.to_dense(), expected[:, rows.rows])
+
+
+def test_shared_bag_rows_once_per_unchanged_ids() -> None:
+    from crl.models.bag_rows import shared_bag_rows
+
+    ids = torch.tensor([[5, 7, 5, 0], [1, 0, 0, 0], [2, 2, 3, 4]])
+    outside = bag_rows(ids[:2], pad_id=0)
+    with shared_bag_rows():
+        first = bag_rows(ids[:2], pad_id=0)  # a new view of the same memory: the same rows
+        assert bag_rows(ids[:2], pad_id=0) is first
+        assert bag_rows(ids[1:], pad_id=0) is not first  # other rows of it
+        assert bag_rows(ids[:2].clone(), pad_id=0) is not first  # other memory
+        ids[0, 1] = 9  # changed in place: its version moved on
+        changed = bag_rows(ids[:2], pad_id=0)
+        with shared_bag_rows():  # nested: the same memo
+            assert bag_rows(ids[:2], pad_id=0) is changed
+    assert changed is not first and changed.rows.tolist() == [1, 5, 9]
+    assert torch.equal(first.rows, outside.rows) and bag_rows(ids[:2], pad_id=0) is not changed

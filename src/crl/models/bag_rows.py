@@ -17,6 +17,8 @@ products add in another order than ``nn.EmbeddingBag``'s loop: the bags agree to
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +48,54 @@ class BagRows:
     weights_t: Tensor
 
 
+#: The :class:`BagRows` computed inside :func:`shared_bag_rows`, by ids (None: outside).
+_SHARED: dict[tuple[Any, ...], tuple[Tensor, BagRows]] | None = None
+
+
+@contextmanager
+def shared_bag_rows() -> Iterator[None]:
+    """Inside the block, :func:`bag_rows` of the same ids (the same tensor memory, offset,
+    shape, strides and version: unchanged since) is computed once: the runs of a group
+    evaluate the same held-out batches, and finding their rows is most of encoding them. The
+    ids seen are kept alive until the block ends (so their memory is not reused meanwhile).
+
+    Example:
+        >>> ids = torch.tensor([[5, 7, 5, 0]])
+        >>> with shared_bag_rows():
+        ...     bag_rows(ids, pad_id=0) is bag_rows(ids[:], pad_id=0)
+        True
+    """
+    global _SHARED
+    outer = _SHARED
+    if outer is None:
+        _SHARED = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _SHARED = None
+
+
 def bag_rows(ids: Tensor, pad_id: int, dtype: torch.dtype = torch.float32) -> BagRows:
     """The :class:`BagRows` of token ids ``(B, L)`` (``pad_id`` left out of every mean): one
-    sort of the batch's (id, text) pairs gives both sparse matrices.
+    sort of the batch's (id, text) pairs gives both sparse matrices; inside
+    :func:`shared_bag_rows`, once per ids.
 
     Example:
         >>> r = bag_rows(torch.tensor([[5, 7, 5, 0], [0, 0, 0, 0]]), pad_id=0)
         >>> r.rows.tolist(), r.weights.to_dense().mul(3).round().tolist()
         ([5, 7], [[2.0, 1.0], [0.0, 0.0]])
     """
+    if _SHARED is None:
+        return _bag_rows(ids, pad_id, dtype)
+    key = (ids.device, ids.untyped_storage().data_ptr(), ids.storage_offset(), tuple(ids.shape),
+           ids.stride(), ids.dtype, ids._version, pad_id, dtype)
+    if key not in _SHARED:
+        _SHARED[key] = (ids, _bag_rows(ids, pad_id, dtype))
+    return _SHARED[key][1]
+
+
+def _bag_rows(ids: Tensor, pad_id: int, dtype: torch.dtype) -> BagRows:
     batch, length = ids.shape
     device = ids.device
     keep = ids != pad_id  # (B, L)
@@ -125,4 +166,4 @@ def gathered_mean(table: Tensor, rows: BagRows) -> Tensor:
     return out
 
 
-__all__ = ["BagRows", "bag_rows", "gathered_mean"]
+__all__ = ["BagRows", "bag_rows", "gathered_mean", "shared_bag_rows"]

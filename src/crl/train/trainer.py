@@ -41,13 +41,13 @@ from crl.train.build import (
     sparse_parameters,
     trainable,
 )
-from crl.train.checkpoint import load_checkpoint, rng_state, same_rng_state, set_rng_state
+from crl.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash
 from crl.train.evaluation import evaluate, probe_features
 from crl.train.progress import TrainProgress
 from crl.train.sampler import build_sampler
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
-from crl.train.steps.group import GroupingError
+from crl.train.steps.group import shared_inputs, update_group
 from crl.train.stop import check_stop
 from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
 from crl.train.writer import RunWriter
@@ -248,10 +248,8 @@ class Trainer:
         runs: The runs, started (:meth:`TrainingRun.start`).
         step: The step strategy (:func:`crl.train.steps.build_step`, or
             :class:`crl.train.steps.GroupStep` for a group).
-        final_checkpoint: Write each run's ``checkpoint.pt`` after its last step (False: the
-            last checkpoint is the one before, and a run killed during its final evaluation
-            resumes from there; for runs whose weights are dropped once their summary is
-            written, as a study's are).
+        final_checkpoint: Write ``checkpoint.pt`` after the last step (False: for runs whose
+            weights are dropped once their summary is written; a kill before resumes earlier).
 
     Raises:
         CrlValueError: for no runs, or runs that differ in what makes the batches or the
@@ -324,21 +322,14 @@ class Trainer:
         return self.finish(clock)
 
     def _update(self, losses: list[tuple[float, dict[str, float]]]) -> None:
-        """Every run's optimiser step (:meth:`TrainingRun.update`). A lone run steps under its
-        RNG context; a group's runs step outside theirs: an update draws no random numbers
-        (checked once per step, on the global streams: a draw raises
-        :class:`~crl.train.steps.GroupingError` and the runs train one at a time), and setting
-        a run's stream costs more than a small model's update."""
-        if len(self.runs) == 1:
-            [run], [(loss, logs)] = self.runs, losses
-            with run.rng:
-                run.update(loss, logs)
+        """Every run's optimiser step: a lone run's under its RNG context, a group's
+        (:func:`~crl.train.steps.group.update_group`) outside."""
+        if len(self.runs) > 1:
+            update_group(self.runs, losses)
             return
-        before = rng_state()
-        for run, (loss, logs) in zip(self.runs, losses, strict=True):
+        [run], [(loss, logs)] = self.runs, losses
+        with run.rng:
             run.update(loss, logs)
-        if not same_rng_state(before, rng_state()):
-            raise GroupingError("grouped training: an optimiser step drew random numbers")
 
     def _loader(self, epoch: int, position: int) -> DataLoader[Any]:
         """The lead's batches of ``epoch`` from ``position`` on (every run told the epoch)."""
@@ -388,11 +379,12 @@ class Trainer:
         """Every run's validation metrics, recorded (rank 0; ``{}`` on the others and for a
         run without a validation split)."""
         out = []
-        for run in self.runs:
-            with run.rng:
-                val = run.built.val_ds
-                with run.spent.measure():
-                    out.append({} if val is None else run.evaluate(val, "val"))
+        with shared_inputs(self.runs):
+            for run in self.runs:
+                with run.rng:
+                    val = run.built.val_ds
+                    with run.spent.measure():
+                        out.append({} if val is None else run.evaluate(val, "val"))
         return out
 
     def checkpoint(self) -> None:
@@ -408,9 +400,10 @@ class Trainer:
         (:func:`~crl.train.timing.time_fields`: ``clock`` started with the training; in a
         group, a run's share), :meth:`TrainingRun.finish`."""
         summaries = []
-        for run in self.runs:
-            with run.rng, run.spent.measure():
-                summaries.append(run.final_summary())
+        with shared_inputs(self.runs):
+            for run in self.runs:
+                with run.rng, run.spent.measure():
+                    summaries.append(run.final_summary())
         times = time_fields(clock.elapsed(), [run.spent for run in self.runs])
         results = []
         for run, summary, spent in zip(self.runs, summaries, times, strict=True):
