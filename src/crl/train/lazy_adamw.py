@@ -98,6 +98,26 @@ class LazyAdamW(Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay})
 
+    # torch wraps these four in ``torch._disable_dynamo``, whose first call imports
+    # ``torch._dynamo`` (about 1.5 s of CPU in every fresh process: each study worker); the
+    # wrapper matters only under ``torch.compile``, which never traces this optimiser.
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """:meth:`torch.optim.Optimizer.add_param_group`."""
+        _undecorated(Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """:meth:`torch.optim.Optimizer.zero_grad`."""
+        _undecorated(Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`torch.optim.Optimizer.state_dict`."""
+        out: dict[str, Any] = _undecorated(Optimizer.state_dict)(self)
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """:meth:`torch.optim.Optimizer.load_state_dict`."""
+        _undecorated(Optimizer.load_state_dict)(self, state_dict)
+
     def _state(self, p: Tensor) -> dict[str, Any]:
         """AdamW's state of ``p``, created at its first step as AdamW creates it."""
         state: dict[str, Any] = self.state[p]
@@ -161,6 +181,13 @@ class LazyAdamW(Optimizer):
         p.index_copy_(0, rows, param)
         state["exp_avg"].index_copy_(0, rows, exp_avg)
         state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
+
+
+def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` without torch's ``_disable_dynamo`` wrapper (``functools.wraps`` keeps the
+    function it wraps as ``__wrapped__``); the method itself where there is none."""
+    inner: Callable[..., Any] = getattr(method, "__wrapped__", method)
+    return inner
 
 
 def coalesced(grad: Tensor) -> Tensor:

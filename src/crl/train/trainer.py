@@ -48,6 +48,7 @@ from crl.train.resume import RunResult, open_run
 from crl.train.sampler import build_sampler
 from crl.train.smoothing import LossSmoother
 from crl.train.step import NonFiniteLossError, Step, apply_gradients
+from crl.train.steps.group import shared_inputs, update_group
 from crl.train.stop import check_stop
 from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
 from crl.train.writer import RunWriter
@@ -207,6 +208,8 @@ class Trainer:
         runs: The runs, started (:meth:`TrainingRun.start`).
         step: The step strategy (:func:`crl.train.steps.build_step`, or
             :class:`crl.train.steps.GroupStep` for a group).
+        final_checkpoint: Write ``checkpoint.pt`` after the last step (False: for runs whose
+            weights are dropped once their summary is written; a kill before resumes earlier).
 
     Raises:
         CrlValueError: for no runs, or runs that differ in what makes the batches or the
@@ -227,7 +230,8 @@ class Trainer:
         (True, 2)
     """
 
-    def __init__(self, runs: Sequence[TrainingRun], step: Step) -> None:
+    def __init__(self, runs: Sequence[TrainingRun], step: Step, *,
+                 final_checkpoint: bool = True) -> None:
         if not runs:
             raise CrlValueError("Trainer: `runs` must hold at least one started run; got none")
         for i, run in enumerate(runs[1:], start=1):
@@ -237,7 +241,7 @@ class Trainer:
                 raise CrlValueError(f"Trainer: the runs move in lockstep on the first run's "
                                     f"batches; run {i} differs from the first in its "
                                     f"{', '.join(differ)}")
-        self.runs, self.step = list(runs), step
+        self.runs, self.step, self.final_checkpoint = list(runs), step, final_checkpoint
         cfg, lead = runs[0].config.train, runs[0].built
         self.checkpoints = CheckpointClock(cfg.checkpoint_every, cfg.checkpoint_every_s)
         self.sampler = build_sampler(cfg.sampler, lead.splits.train, cfg.batch_size,
@@ -267,9 +271,7 @@ class Trainer:
                         run.optimizer.zero_grad(set_to_none=True)
                     try:
                         losses = self.step(self.runs, batch)
-                        for run, (loss, logs) in zip(self.runs, losses, strict=True):
-                            with run.rng:
-                                run.update(loss, logs)
+                        self._update(losses)
                     except NonFiniteLossError as exc:
                         raise self._stopped(exc) from None
                     bar.update(lead.step, loss=losses[0][0],
@@ -280,6 +282,16 @@ class Trainer:
         if lead.step < total:
             return [RunResult(run.writer.run_dir, {}, run.step, False) for run in self.runs]
         return self.finish(clock)
+
+    def _update(self, losses: list[tuple[float, dict[str, float]]]) -> None:
+        """Every run's optimiser step: a lone run's under its RNG context, a group's
+        (:func:`~crl.train.steps.group.update_group`) outside."""
+        if len(self.runs) > 1:
+            update_group(self.runs, losses)
+            return
+        [run], [(loss, logs)] = self.runs, losses
+        with run.rng:
+            run.update(loss, logs)
 
     def _loader(self, epoch: int, position: int) -> DataLoader[Any]:
         """The lead's batches of ``epoch`` from ``position`` on (every run told the epoch)."""
@@ -307,6 +319,8 @@ class Trainer:
         if cfg.eval_every and at % cfg.eval_every == 0 and lead.built.val_ds is not None \
                 and at < total:
             self.evaluate()
+        if at == total and not self.final_checkpoint:
+            return  # the weights are not kept: the summary follows, then nothing to resume
         if at == stop or self.checkpoints.due(at):
             self.checkpoint()
             check_stop(at)  # a stop requested (crl.train.stop) ends the runs here
@@ -328,11 +342,12 @@ class Trainer:
         """Every run's validation metrics, recorded (rank 0; ``{}`` on the others and for a
         run without a validation split)."""
         out = []
-        for run in self.runs:
-            with run.rng:
-                val = run.built.val_ds
-                with run.spent.measure():
-                    out.append({} if val is None else run.evaluate(val, "val"))
+        with shared_inputs(self.runs):
+            for run in self.runs:
+                with run.rng:
+                    val = run.built.val_ds
+                    with run.spent.measure():
+                        out.append({} if val is None else run.evaluate(val, "val"))
         return out
 
     def checkpoint(self) -> None:
@@ -348,9 +363,10 @@ class Trainer:
         (:func:`~crl.train.timing.time_fields`: ``clock`` started with the training; in a
         group, a run's share), :meth:`TrainingRun.finish`."""
         summaries = []
-        for run in self.runs:
-            with run.rng, run.spent.measure():
-                summaries.append(run.final_summary())
+        with shared_inputs(self.runs):
+            for run in self.runs:
+                with run.rng, run.spent.measure():
+                    summaries.append(run.final_summary())
         times = time_fields(clock.elapsed(), [run.spent for run in self.runs])
         results = []
         for run, summary, spent in zip(self.runs, summaries, times, strict=True):

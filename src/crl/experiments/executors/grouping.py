@@ -136,11 +136,11 @@ def _train_together(task: GroupTask) -> None:
                    for s, _ in todo]
         dirs = [d for _, d in todo]
         try:  # one forward of the stacked towers where that is exact
-            fit_group(configs, dirs, batched=True)
+            fit_group(configs, dirs, batched=True, final_checkpoint=task.keep_weights)
         except GroupingError:
             if not all(_fresh(d) for d in dirs):
                 raise  # it failed after it began: the runs finish one at a time
-            fit_group(configs, dirs, batched=False)
+            fit_group(configs, dirs, batched=False, final_checkpoint=task.keep_weights)
         for run_dir in dirs:  # every summary.json is on disk: fit_group returned
             if not task.keep_weights:
                 drop_weights(run_dir)

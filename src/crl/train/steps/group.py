@@ -9,13 +9,17 @@ gradient, so every run takes the steps it would take alone.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from crl.errors import CrlError
+from crl.models.bag_rows import shared_bag_rows
+from crl.train.checkpoint import rng_state, same_rng_state
 from crl.train.step import Learner, StepLoss, batch_loss, batch_to, global_value
 
 
@@ -57,7 +61,10 @@ class GroupStep:
         (xa, xb, xh), index, labels = batch_to(batch, learners[0].device)
         if xh is not None:
             raise GroupingError("grouped training: the batch has hard negatives")
-        za, zb = self.towers(learners, xa, xb)
+        stacked_a, stacked_b = self.towers(learners, xa, xb)
+        # One view per run: unbind's backward stacks the runs' gradients once, where indexing
+        # ``za[g]`` would add a zero-padded (G, B, D) gradient per run (G^2 B D of work).
+        za, zb = _per_run(stacked_a), _per_run(stacked_b)
         losses, out = [], []
         for g, run in enumerate(learners):
             with run.rng:
@@ -69,4 +76,35 @@ class GroupStep:
         return out
 
 
-__all__ = ["GroupEmbeddings", "GroupStep", "GroupingError", "Towers"]
+class _Updated(Protocol):
+    def update(self, loss: float, logs: dict[str, float]) -> None: ...
+
+
+def update_group(runs: Sequence[_Updated], losses: Sequence[StepLoss]) -> None:
+    """Each run's optimiser step (``run.update``), outside the runs' RNG streams: an update
+    draws no random numbers (checked once per step on the global torch, numpy and python
+    streams), and setting a run's stream costs more than a small model's update.
+
+    Raises:
+        GroupingError: when an update drew (the runs then train one at a time).
+    """
+    before = rng_state()
+    for run, (loss, logs) in zip(runs, losses, strict=True):
+        run.update(loss, logs)
+    if not same_rng_state(before, rng_state()):
+        raise GroupingError("grouped training: an optimiser step drew random numbers")
+
+
+def shared_inputs(runs: Sequence[object]) -> AbstractContextManager[None]:
+    """Around a group's evaluations of the same batches: an embedding bag's rows of a batch
+    found once for all runs (:func:`~crl.models.bag_rows.shared_bag_rows`); nothing for one."""
+    return shared_bag_rows() if len(runs) > 1 else contextlib.nullcontext()
+
+
+def _per_run(z: GroupEmbeddings) -> Sequence[Tensor]:
+    """Run ``g``'s ``(B, D)`` embeddings at ``[g]``."""
+    return z.unbind(0) if isinstance(z, Tensor) else z
+
+
+__all__ = ["GroupEmbeddings", "GroupStep", "GroupingError", "Towers", "shared_inputs",
+           "update_group"]
