@@ -35,6 +35,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
+#: Every finished entry's row is appended here too, so a long run that is stopped keeps them.
+ROWS_LOG = ROOT / "runs" / "bench" / "gradcache_rows.jsonl"
 MAX_SEQ_LENGTH = 128
 LR = 2e-5
 #: name -> (tool, micro-batch tokens or None, precision)
@@ -217,8 +219,11 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.batch_size, args.micro_batch_size,
-                                args.threads)))
+        row = worker(args.worker, args.batch_size, args.micro_batch_size, args.threads)
+        ROWS_LOG.parent.mkdir(parents=True, exist_ok=True)
+        with ROWS_LOG.open("a") as log:
+            log.write(json.dumps({**row, "loadavg_end": os.getloadavg()}) + "\n")
+        print(json.dumps(row))
         return
     names = [n.strip() for n in args.entries.split(",") if n.strip()]
     unknown = [n for n in names if n not in ENTRIES]
