@@ -29,8 +29,8 @@ as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]`` (:func:`_add_
 matrix-unit work, two passes over each tile fewer.
 
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
-product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the gradient accumulators are
-float32, ``G`` is an operand of the gradient products in the input dtype
+product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
+gradient accumulators are float32, ``G`` is an operand of the gradient products in the input dtype
 (:class:`~crl.losses._tile_math.TileGradient`) and gradients are returned in the input dtype.
 Autocast is switched off inside, so the inputs' dtype decides.
 """
