@@ -160,6 +160,18 @@ def small_rounding(bound: float, dtype: torch.dtype) -> bool:
     return bound * torch.finfo(dtype).eps / 2 <= SHIFT_INSIDE_MAX_ERROR
 
 
+class FactoredTile(NamedTuple):
+    """A tile's ``G = P * (w_i + u_i t_j)`` left unformed: ``p (h, w)`` in the inputs' dtype,
+    ``w (h,)`` and, when the other direction has a gradient, ``u (h,)`` and ``t (w,)``
+    (:meth:`TileGradient._factors`). The gradient products take the factors into their
+    operands (:func:`crl.losses._tiled_kernel._add_factored`), so ``G`` is never written."""
+
+    p: Tensor
+    w: Tensor
+    u: Tensor | None
+    t: Tensor | None
+
+
 class TilePlan(NamedTuple):
     """What the forward hands the backward besides the saved tensors: the tile side, the
     candidates, whether an ``exp`` argument can fall below the floor (:func:`needs_floor`) and
@@ -179,7 +191,8 @@ class TileGradient:
     docs/theory.md §12). Per tile, one of three routines:
 
     - :meth:`_shifted_softmax` (narrow inputs with a small rounding of the logits): ``P_row``
-      straight from the product ``[a_s, -lse_row] @ [b, 1].T``, in the inputs' dtype;
+      straight from the product ``[a_s, -lse_row] @ [b, 1].T``, in the inputs' dtype, returned
+      with its factors (:class:`FactoredTile`): no pass over the tile besides its ``exp``;
     - :func:`_one_exp`: ``G = P_row * (g_row_i + u_i t_j)`` where the tile's log-sum-exps span
       at most the window (:meth:`_factors`), or ``G = g_row_i P_row`` with rows only;
     - :meth:`_two_exps`: ``P_row`` and ``P_col`` each from its own ``exp`` of the recomputed
@@ -221,8 +234,11 @@ class TileGradient:
         self.excluded_buf = (None if plan.tiles.trivial else
                              torch.empty(block * block, dtype=torch.bool, device=a_s.device))
 
-    def __call__(self, r0: int, r1: int, c0: int, c1: int) -> Tensor:
-        """``G (h, w)`` of tile ``[r0, r1) x [c0, c1)``, in the inputs' dtype."""
+    def __call__(self, r0: int, r1: int, c0: int, c1: int) -> Tensor | FactoredTile:
+        """``G (h, w)`` of tile ``[r0, r1) x [c0, c1)``, in the inputs' dtype, or its factors
+        (:class:`FactoredTile`: narrow inputs whose row shift rides inside the product, where
+        folding the factors into the gradient products' operands is cheaper than two more
+        passes over the tile)."""
         h, w = r1 - r0, c1 - c0
         excluded = (None if self.excluded_buf is None else self.plan.tiles.excluded(
             r0, r1, c0, c1, self.excluded_buf[: h * w].view(h, w)))
@@ -230,10 +246,9 @@ class TileGradient:
         rows = None if self.grad_rows is None else self.grad_rows[r0:r1]
         if self.shifted is not None and self.low_buf is not None and rows is not None \
                 and (factors is not None or self.grad_cols is None):
-            size = self.plan.block ** 2
-            factor = self.low_buf[size: size + h * w].view(h, w)
-            return _one_exp(self._shifted_softmax(r0, r1, c0, c1, excluded), rows, factors,
-                            factor)
+            p_row = self._shifted_softmax(r0, r1, c0, c1, excluded)
+            u, t = factors if factors is not None else (None, None)
+            return FactoredTile(p_row, rows, u, t)
         logits = self._logits(r0, r1, c0, c1, excluded)
         g = self.grad_buf[: h * w].view(h, w)
         if factors is not None and rows is not None:

@@ -21,12 +21,16 @@ needs only the final ``lse_i`` and the entry itself. So
 That is ``8 h W D`` flops for forward + backward and three ``(T, T)`` buffers. One ``exp`` per
 entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ exp(m_row - K)``
 and ``P_col = P_row * exp(lse_row_i - lse_col_j)`` wherever that is exact in the dtype (other
-tiles take a second ``exp``; :mod:`crl.losses._tile_math`).
+tiles take a second ``exp``; :mod:`crl.losses._tile_math`). Where every ``|L_ij|`` is at most
+:data:`DIRECT_MAX_LOGIT` the forward sums ``exp(L)`` with no maxima (one ``exp`` and the two
+sums per entry). For narrow inputs the backward forms no ``G``: ``P_row`` comes out of one
+product and its ``exp``, and ``G = P_row * (g_row_i + u_i t_j)`` goes into the gradient products
+as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]`` (:func:`_add_factored`): more
+matrix-unit work, two passes over each tile fewer.
 
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
-product tile is widened to float32 before its maxima and ``exp`` (no maxima where every logit is
-small enough for ``exp`` to be in range); log-sum-exps, counts and the gradient accumulators are
-float32, ``G`` is an operand of the gradient products in the input dtype
+product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
+gradient accumulators are float32, ``G`` is an operand of the gradient products in the input dtype
 (:class:`~crl.losses._tile_math.TileGradient`) and gradients are returned in the input dtype.
 Autocast is switched off inside, so the inputs' dtype decides.
 """
@@ -42,6 +46,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from crl.losses._common import masked_logsumexp
 from crl.losses._tile_math import (
+    FactoredTile,
     TileGradient,
     TilePlan,
     logit_bound,
@@ -52,6 +57,11 @@ from crl.losses._tile_math import (
     tile_spans,
 )
 from crl.losses._tile_negatives import TileNegatives
+
+#: The largest logit bound at which the forward sums ``exp(L)`` with no maxima: ``exp(64)``
+#: times 2^31 terms stays below float32's largest number, ``exp(-64)`` above its smallest
+#: normal one.
+DIRECT_MAX_LOGIT = 64.0
 
 
 class KernelOut(NamedTuple):
@@ -100,9 +110,11 @@ class _TiledLogSumExp(torch.autograd.Function):
             logits_buf = lse_rows.new_empty(block * block)
             excluded_buf = (None if tiles.trivial else
                             torch.empty(block * block, dtype=torch.bool, device=a.device))
-            # Narrow inputs with every |L_ij| <= 1 / (10 u) (u the unit roundoff; 25.6 for bf16):
-            # exp(L) is in range, so the widened tile's exps are summed with no maxima.
-            direct = a.dtype != acc and small_rounding(bound, a.dtype)
+            # Every |L_ij| <= DIRECT_MAX_LOGIT: exp(L) is a normal number and the sums cannot
+            # overflow, so the tile's exps are summed with no maxima (two passes fewer). Narrow
+            # inputs also need every |L_ij| <= 1 / (10 u) (u the unit roundoff; 25.6 for bf16).
+            direct = bound <= DIRECT_MAX_LOGIT and (a.dtype == acc
+                                                    or small_rounding(bound, a.dtype))
             ones = lse_rows.new_ones(block)
             for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
                 h, w = r1 - r0, c1 - c0
@@ -178,7 +190,11 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
     if grad_rows is not None or grad_cols is not None:
         tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols))
         for r0, r1, c0, c1 in tile_spans(a.shape[0], b.shape[0], plan.block):
-            g = tile_gradient(r0, r1, c0, c1)  # (h, w), in the inputs' dtype
+            g = tile_gradient(r0, r1, c0, c1)  # (h, w), in the inputs' dtype, or its factors
+            if isinstance(g, FactoredTile):
+                _add_factored(acc_a[r0:r1] if need_a or need_scale else None,
+                              acc_b[c0:c1] if need_b else None, g, a_s[r0:r1], b[c0:c1])
+                continue
             if need_a or need_scale:  # grad_scale is read off the grad_a accumulator
                 _add_product(acc_a[r0:r1], g, b[c0:c1])
             if need_b:
@@ -202,6 +218,30 @@ def _add_product(acc: Tensor, g: Tensor, y: Tensor) -> None:
         acc.addmm_(g, y)
     else:
         acc.add_(torch.mm(g, y))
+
+
+def _add_factored(acc_a: Tensor | None, acc_b: Tensor | None, tile: FactoredTile,
+                  a_s: Tensor, b: Tensor) -> None:
+    """``acc_a += G @ b`` and ``acc_b += G.T @ a_s`` for ``G = P * (w_i + u_i t_j)``
+    (:class:`~crl.losses._tile_math.FactoredTile`), ``G`` unformed: ``G @ b = w * (P @ b) +
+    u * (P @ (t * b))`` and ``G.T @ a_s = P.T @ (w * a_s) + t * (P.T @ (u * a_s))``, each pair
+    one product with the operands side by side (``(w, 2D)``; ``(w, D)`` without ``u, t``)."""
+    p, w, u, t = tile
+    dim = b.shape[1]
+    if acc_a is not None:
+        right = b if t is None else torch.cat([b, (t.unsqueeze(1) * b).to(b.dtype)], dim=1)
+        both = torch.mm(p, right)  # (h, D) or (h, 2D)
+        acc_a.addcmul_(both[:, :dim], w.unsqueeze(1))
+        if u is not None:
+            acc_a.addcmul_(both[:, dim:], u.unsqueeze(1))
+    if acc_b is not None:
+        left = (w.unsqueeze(1) * a_s).to(a_s.dtype)
+        if u is not None:
+            left = torch.cat([left, (u.unsqueeze(1) * a_s).to(a_s.dtype)], dim=1)
+        both = torch.mm(p.T, left)  # (w, D) or (w, 2D)
+        acc_b.add_(both[:, :dim])
+        if t is not None:
+            acc_b.addcmul_(both[:, dim:], t.unsqueeze(1))
 
 
 def tiled_logsumexp(a: Tensor, b: Tensor, scale: Tensor, block: int, tiles: TileNegatives,

@@ -87,6 +87,10 @@ class TrainOptions(_Section):
             this many pairs and back-propagate the loss's cached embedding gradients through
             them, so activation memory is set by it, not by ``batch_size``; the loss and the
             gradients are those of the whole batch (docs/training.md). None: one pass.
+        micro_batch_tokens: Gradient caching with micro-batches packed by tokens: each view's
+            texts sorted by length and cut into micro-batches of at most this many padded
+            tokens (at most ``micro_batch_size`` texts when both are given); token inputs only
+            (``model.kind: transformer``; docs/training.md). None: by count.
         precision: ``fp32``, or ``bf16`` (the towers run under bfloat16 autocast on CPU and
             CUDA; the loss and the logit scale stay float32).
     """
@@ -105,6 +109,7 @@ class TrainOptions(_Section):
     num_threads: int | None = Field(None, ge=1)
     sampler: Literal["random", "no_duplicates"] = "random"
     micro_batch_size: int | None = Field(None, ge=1)
+    micro_batch_tokens: int | None = Field(None, ge=1)
     precision: Literal["fp32", "bf16"] = "fp32"
 
     @model_validator(mode="after")

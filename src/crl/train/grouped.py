@@ -71,7 +71,8 @@ def group_key(config: TrainConfig | dict[str, Any]) -> str | None:
     """
     data = config.model_dump(mode="json") if isinstance(config, TrainConfig) else config
     train = data.get("train", {})
-    if (train.get("micro_batch_size") is not None or train.get("precision", "fp32") != "fp32"
+    if (train.get("micro_batch_size") is not None or train.get("micro_batch_tokens") is not None
+            or train.get("precision", "fp32") != "fp32"
             or str(train.get("device", "cpu")) != "cpu"
             or (data.get("loss") or {}).get("guide") is not None):
         return None

@@ -71,7 +71,8 @@ def fit(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     try:
         with RunWriter(run_dir, tensorboard=tensorboard) as writer:
             run = TrainingRun.start(config, writer, device, checkpoint=checkpoint)
-            step = build_step(config.train.micro_batch_size, config.train.precision)
+            step = build_step(config.train.micro_batch_size, config.train.precision,
+                              config.train.micro_batch_tokens)
             [result] = Trainer([run], step).train(stop_at, progress=progress)
             return result
     finally:

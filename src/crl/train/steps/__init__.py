@@ -28,19 +28,24 @@ from crl.train.steps.single import SingleStep
 from crl.train.steps.towers import SeparateTowers, StackedTowers
 
 
-def build_step(micro_batch_size: int | None = None, precision: str = "fp32") -> Step:
-    """The step strategy of a lone run's ``train.micro_batch_size`` and ``train.precision``.
+def build_step(micro_batch_size: int | None = None, precision: str = "fp32",
+               micro_batch_tokens: int | None = None) -> Step:
+    """The step strategy of a lone run's ``train.micro_batch_size``,
+    ``train.micro_batch_tokens`` and ``train.precision``.
 
     Args:
-        micro_batch_size: Gradient caching with micro-batches of this size (None: one pass).
+        micro_batch_size: Gradient caching with micro-batches of this size (None: one pass,
+            unless ``micro_batch_tokens`` is given).
         precision: ``fp32`` or ``bf16`` (the towers' autocast).
+        micro_batch_tokens: Gradient caching with micro-batches of at most this many tokens,
+            texts sorted by length (:mod:`.cached`).
 
     Example:
         >>> type(build_step()).__name__, type(build_step(8, "bf16")).__name__
         ('SingleStep', 'CachedStep')
     """
-    if micro_batch_size is not None:
-        return CachedStep(micro_batch_size, precision)
+    if micro_batch_size is not None or micro_batch_tokens is not None:
+        return CachedStep(micro_batch_size, precision, micro_batch_tokens)
     return SingleStep(precision)
 
 
@@ -57,7 +62,7 @@ class _Alone:
 
 def loss_and_gradients(model: DualEncoder, objective: Objective, batch: Any, *,
                        device: torch.device, step: int = 0, micro_batch_size: int | None = None,
-                       precision: str = "fp32") -> StepLoss:
+                       precision: str = "fp32", micro_batch_tokens: int | None = None) -> StepLoss:
     """The batch's loss (averaged over ranks), with the gradients accumulated into ``.grad`` of
     the model's and the objective's parameters (call ``zero_grad`` first).
 
@@ -69,18 +74,20 @@ def loss_and_gradients(model: DualEncoder, objective: Objective, batch: Any, *,
         step: The step (0-based), for error messages.
         micro_batch_size: Gradient caching with micro-batches of this size (None: one pass).
         precision: ``fp32`` or ``bf16`` (the towers' autocast).
+        micro_batch_tokens: Gradient caching with micro-batches of at most this many tokens.
 
     Raises:
         NonFiniteLossError: when the loss is not finite (before any backward pass).
     """
-    [out] = build_step(micro_batch_size, precision)([_Alone(model, objective, device, step)],
-                                                    batch)
+    strategy = build_step(micro_batch_size, precision, micro_batch_tokens)
+    [out] = strategy([_Alone(model, objective, device, step)], batch)
     return out
 
 
 def train_step(model: DualEncoder, objective: Objective, batch: Any, optimizer: Optimizer,
                scheduler: LambdaLR, *, grad_clip: float | None, step: int, device: torch.device,
-               micro_batch_size: int | None = None, precision: str = "fp32") -> StepLoss:
+               micro_batch_size: int | None = None, precision: str = "fp32",
+               micro_batch_tokens: int | None = None) -> StepLoss:
     """One optimiser step on a batch: :func:`loss_and_gradients`, then
     :func:`~crl.train.step.apply_gradients` (averaged over ranks, clipped, the optimiser and
     scheduler stepped, the logit scale clamped).
@@ -94,7 +101,8 @@ def train_step(model: DualEncoder, objective: Objective, batch: Any, optimizer: 
     """
     optimizer.zero_grad(set_to_none=True)
     value, logs = loss_and_gradients(model, objective, batch, device=device, step=step,
-                                     micro_batch_size=micro_batch_size, precision=precision)
+                                     micro_batch_size=micro_batch_size, precision=precision,
+                                     micro_batch_tokens=micro_batch_tokens)
     return value, apply_gradients(objective, optimizer, scheduler, logs, grad_clip=grad_clip,
                                   step=step)
 
