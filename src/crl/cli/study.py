@@ -72,6 +72,20 @@ def negatives(
         None, "--target-n", help="The n to recommend m for (default: the whole training split)."),
     refine_runs: int | None = typer.Option(
         None, "--refine-runs", help="Run budget of the refinement stage (0: off)."),
+    target_epochs: float | None = typer.Option(
+        None, "--target-epochs", help="The training you plan: every n trains this many epochs "
+        "(default: the preset's samples per run)."),
+    target_samples: int | None = typer.Option(
+        None, "--target-samples", help="The training you plan: every run processes this many "
+        "samples (the same as --budget; default: the preset's)."),
+    verify: bool | None = typer.Option(
+        None, "--verify/--no-verify", help="Train the recommendation at the target n at "
+        "m/2, m, 2m and the largest m, >= 3 seeds (default: on in the full preset)."),
+    control: bool | None = typer.Option(
+        None, "--control/--no-control", help="A control arm: the same m at a batch 4 times "
+        "smaller, to tell m from the negatives per step (default: on in the full preset)."),
+    control_n: int | None = typer.Option(
+        None, "--control-n", help="The n of the control arm (one of --ns; default the largest)."),
     out: Path = _OUT,
     workers: int | None = _WORKERS,
     no_progress: bool = _NO_PROGRESS,
@@ -96,9 +110,30 @@ def negatives(
         config=config, ns=parse_list("--ns", ns, int),
         fractions=parse_list("--fractions", fractions, float),
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
-        device=device, target_n=target_n, refine_runs=refine_runs, executor=executor,
+        device=device, target_n=target_n, refine_runs=refine_runs,
+        target_epochs=target_epochs, target_samples=target_samples, verify=verify,
+        control=control, control_n=control_n, executor=executor,
         group_runs=not no_group, force=force, keep_weights=keep_weights)
     _finish(outcome.study_dir, analysis)
+
+
+@study_app.command("compare")
+@handle_errors
+def compare(
+    first: Path = typer.Argument(..., help="A negatives study directory."),
+    second: Path = typer.Argument(..., help="Another, e.g. the full preset's."),
+) -> None:
+    """Do two negatives studies agree? Same question (data, metric, tolerance, target n,
+    training), then per regime: each recommendation within the other's interval.
+
+    Example: crl study compare runs/quick/negatives runs/full/negatives
+    """
+    from crl.experiments.negatives.compare import compare_studies
+
+    comparison = compare_studies(first, second)
+    for line in comparison.lines():
+        print(line)
+    print("agree" if comparison.agree else "do not agree")
 
 
 def _simple(name: str, doc: str) -> None:
