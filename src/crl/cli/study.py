@@ -61,7 +61,11 @@ def negatives(
         None, "--temperature", help="GCL temperature (default 0.05; with --config, its own)."),
     config: str | None = typer.Option(
         None, "--config", help="A crl train config (YAML or preset) to sweep: its data, model, "
-        "loss options and optimiser stay; the study sets n, m, seeds, budget and batch."),
+        "loss with its options and optimiser stay; the study sets n, m, seeds, budget and "
+        "batch. A loss without negative sets (in-batch only) is refused unless --loss."),
+    loss: str | None = typer.Option(
+        None, "--loss", help="The loss to train, one that takes negative sets (default: the "
+        "config's, or gcl)."),
     ns: str | None = typer.Option(None, "--ns", help="Anchors n, e.g. 500,1500,4000."),
     fractions: str | None = typer.Option(None, "--fractions", help="m/n, e.g. 0.1,0.4,1."),
     seeds: str | None = typer.Option(None, "--seeds", help="Seeds, e.g. 0,1,2,3."),
@@ -107,7 +111,7 @@ def negatives(
     outcome, analysis = run_and_report(
         "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,
         data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature,
-        config=config, ns=parse_list("--ns", ns, int),
+        config=config, loss=loss, ns=parse_list("--ns", ns, int),
         fractions=parse_list("--fractions", fractions, float),
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
         device=device, target_n=target_n, refine_runs=refine_runs,

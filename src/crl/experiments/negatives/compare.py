@@ -81,13 +81,20 @@ def _read(study_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return study, read_json(study_dir / "analysis.json")["numbers"]
 
 
-def training(numbers: dict[str, Any]) -> tuple[str, float | None, int | None]:
-    """``(mode, amount, batch)`` of a study's ``budget``: ``samples`` per run or ``epochs`` at
-    every n (results written before the mode was recorded are in samples)."""
+def training(numbers: dict[str, Any]) -> str:
+    """A study's training in words, from its ``budget``: samples per run or epochs at every n,
+    and the batch (results written before the mode was recorded are in samples).
+
+    Example:
+        >>> training({"budget": {"samples_per_run": 12000, "batch_size": 128}})
+        '12,000 samples per run at batch 128'
+    """
     budget = numbers.get("budget", {})
-    mode = budget.get("mode", "samples")
-    amount = budget.get("target_epochs") if mode == "epochs" else budget.get("samples_per_run")
-    return mode, amount, budget.get("batch_size")
+    if budget.get("mode", "samples") == "epochs":
+        amount = f"{budget['target_epochs']:g} epochs at every n"
+    else:
+        amount = f"{budget['samples_per_run']:,} samples per run"
+    return f"{amount} at batch {budget.get('batch_size')}"
 
 
 def _question(study: dict[str, Any], numbers: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +138,7 @@ def compare_studies(a: str | Path, b: str | Path) -> Comparison:
     result = Comparison(a, b)
     for key in qa:
         if qa[key] != qb[key]:
-            result.mismatches.append(f"{key} {qa[key]} against {qb[key]}")
+            result.mismatches.append(f"{key}: {qa[key]} against {qb[key]}")
     if result.mismatches:
         return result
     for regime in sorted(set(na["recommendations"]) & set(nb["recommendations"])):

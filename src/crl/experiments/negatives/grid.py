@@ -78,7 +78,8 @@ class Grid:
         """The training of a run in words (``12,000 samples per run``, ``5 epochs at every
         n``)."""
         if self.target_epochs is not None:
-            return f"{self.target_epochs:g} epochs at every n"
+            unit = "epoch" if self.target_epochs == 1 else "epochs"
+            return f"{self.target_epochs:g} {unit} at every n"
         return f"{self.budget:,} samples per run"
 
 
@@ -190,8 +191,9 @@ def model_section(kind: str, model: str | None) -> dict[str, Any]:
 def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, *, n: int, m: int,
                        regime: str, seed: int, temperature: float, probe: bool,
                        device: str | None, risk: bool = False,
-                       batch_size: int | None = None) -> dict[str, Any]:
-    """The run config of one grid point with the study's own data, model and optimiser; the
+                       batch_size: int | None = None, loss: str = "gcl") -> dict[str, Any]:
+    """The run config of one grid point with the study's own data, model, optimiser and loss
+    (GCL unless ``loss``, which must take negative sets, :func:`study_loss`); the
     held-out risk (float64 tiles over the test set, half of a run's evaluation) only when it
     is the study's metric (``risk``). ``batch_size`` replaces the grid's (the control arm's
     second batch size)."""
@@ -203,7 +205,7 @@ def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, 
     config: dict[str, Any] = {
         "data": {**data, "num_train": n, "seed": seed, "val_fraction": 0.0},
         "model": model,
-        "loss": {"name": "gcl", "temperature": temperature,
+        "loss": {"name": study_loss("gcl", loss), "temperature": temperature,
                  "gcl": {"gamma": 0.9, "gamma_schedule": "constant"}},
         "negatives": {"regime": regime, "m": m, "seed": seed},
         "optim": {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4,
@@ -219,27 +221,45 @@ def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, 
     return config
 
 
-def keeps_loss(base: dict[str, Any]) -> bool:
-    """Whether a user's config keeps its own loss: one that takes negative sets (as its
-    registered objective declares) and is asked for with a set; else the study trains with
-    GCL."""
+def set_losses() -> list[str]:
+    """The losses that take a negative set (as their registered objectives declare): the ones
+    a study of m can train."""
     from crl.losses.registry import OBJECTIVES
 
-    name = base["loss"]["name"]
-    return name == "gcl" or (OBJECTIVES[name].accepts_negative_sets
-                             and base["negatives"]["regime"] != "in_batch")
+    return sorted(name for name, objective in OBJECTIVES.items()
+                  if objective.accepts_negative_sets)
+
+
+def study_loss(config_loss: str, loss: str | None) -> str:
+    """The loss a ``--config`` study trains: ``--loss`` when given, else the config's own (its
+    options stay either way); it must take a negative set, or m cannot be swept with it.
+
+    Raises:
+        CrlValueError: one line naming the loss and the losses that can.
+
+    Example:
+        >>> study_loss("clip", None), study_loss("siglip", "gcl")
+        ('clip', 'gcl')
+    """
+    name = loss or config_loss
+    if name not in set_losses():
+        origin = f"`--loss` {loss!r}" if loss else f"the config's loss {config_loss!r}"
+        raise CrlValueError(f"study negatives: {origin} takes no negative set (in-batch only), "
+                            f"so m cannot be swept with it; losses that can: "
+                            f"{', '.join(set_losses())} (choose one with --loss)")
+    return name
 
 
 def user_run_config(base: dict[str, Any], grid: Grid, *, n: int, m: int, regime: str,
                     seed: int, temperature: float | None, probe: bool,
-                    device: str | None, batch_size: int | None = None) -> dict[str, Any]:
+                    device: str | None, batch_size: int | None = None,
+                    loss: str | None = None) -> dict[str, Any]:
     """The run config of one grid point from a user's resolved ``crl train`` config ``base``:
-    its data, model, loss options and optimiser stay; n, m, the seeds, the budget and the batch
-    are the study's."""
+    its data, model, loss and its options, and optimiser stay (``loss`` replaces the loss's
+    name, :func:`study_loss`); n, m, the seeds, the budget and the batch are the study's."""
     config = copy.deepcopy(base)
     config["data"].update(num_train=n, seed=seed)
-    if not keeps_loss(base):
-        config["loss"]["name"] = "gcl"
+    config["loss"]["name"] = study_loss(base["loss"]["name"], loss)
     if temperature is not None:
         config["loss"]["temperature"] = temperature
     config["negatives"].update(regime=regime, m=m, m_fraction=None, seed=seed)

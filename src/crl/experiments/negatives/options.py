@@ -42,6 +42,7 @@ class NegativesOptions(StudyOptions):
     verify: bool | None = None
     control: bool | None = None
     control_n: Annotated[int, Field(ge=2)] | None = None
+    loss: str | None = None
 
     @field_validator("ns", "fractions", "seeds", mode="before")
     @classmethod

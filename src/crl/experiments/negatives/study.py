@@ -70,8 +70,9 @@ class NegativesStudy(Study):
         data: ``pycode`` (default), ``digits``, ``synthetic``, or a ``.npz``/``.jsonl`` file
             (the model then follows the data, as in ``crl train``).
         config: A ``crl train`` YAML config (or preset name) to sweep: its data, model, loss
-            options and optimiser stay; the study sets n, m, the seeds, the budget and the batch
-            and trains with GCL unless the config asks for another loss with a negative set.
+            and its options, and optimiser stay; the study sets n, m, the seeds, the budget and
+            the batch. A loss that takes no negative set is refused unless ``loss`` names one.
+        loss: The loss to train (default: the config's, or GCL); it must take negative sets.
         model: Model kind (default per data set).
         metric: The summary metric (default: mean recall@1 both ways; on ``digits``
             ``probe/knn_acc``); its direction is declared in :mod:`crl.experiments.metrics`.
@@ -113,10 +114,12 @@ class NegativesStudy(Study):
                 self.base = load_config(config).model_dump(mode="json")
             except CrlValueError as exc:
                 raise CrlValueError(f"study negatives: `--config`: {exc}") from None
+            self.loss = grids.study_loss(str(self.base["loss"]["name"]), o.loss)
             data_name = str(self.base["data"]["name"])
             self.kind = data_name if data_name in grids.DATA_NAMES else "files"
             self.data_section = self.base["data"]
         else:
+            self.loss = grids.study_loss("gcl", o.loss)
             self.kind, self.data_section = grids.data_section(o.data)
         self.model_section = (self.base["model"] if self.base is not None
                               else grids.model_section(self.kind, model))
@@ -204,12 +207,12 @@ class NegativesStudy(Study):
                 self.data_section, self.model_section, self.grid, n=n, m=m, regime=run_regime,
                 seed=seed, temperature=0.05 if self.temperature is None else self.temperature,
                 probe=probe, device=self.device, risk=self.metric == "risk/contrastive",
-                batch_size=batch_size)
+                batch_size=batch_size, loss=self.loss)
         else:
             config = grids.user_run_config(self.base, self.grid, n=n, m=m, regime=run_regime,
                                            seed=seed, temperature=self.temperature,
                                            probe=probe, device=self.device,
-                                           batch_size=batch_size)
+                                           batch_size=batch_size, loss=self.loss)
         tags: dict[str, Any] = {"n": n, "m": m, "m_fraction": fraction, "regime": regime,
                                 "seed": seed, "negatives_per_step":
                                 self.grid.negatives_per_step(n, m, batch_size)}

@@ -96,8 +96,8 @@ def law_text(law: LawFit, without: LawFit) -> str:
 def budget_text(budget: Budget) -> str:
     """The training the answer holds for, restated."""
     if budget.target_epochs is not None:
-        return (f"It holds for the training it was measured at: {budget.target_epochs:g} "
-                f"epochs at every n at batch {budget.batch_size}, which at n = "
+        return (f"It holds for the training it was measured at: {budget.training} at batch "
+                f"{budget.batch_size}, which at n = "
                 f"{budget.target_n:,} is {budget.samples:,} samples.")
     return (f"It holds for the training it was measured at: {budget.samples:,} samples per "
             f"run at batch {budget.batch_size}, which at n = {budget.target_n:,} is "
@@ -198,12 +198,15 @@ def headline(result: Answer, spec: MetricSpec, budget: Budget,
     the verify stage ran, whether it holds there."""
     if not result.cells:
         return "No finished runs to analyse."
+    verified = "".join(f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): m = "
+                       f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured "
+                       f"there (m = {v.best_m:,})." for v in verify)
     if all(c.status == "below" for c in result.cells):
         return ("On this data and budget the number of negatives made no measurable "
                 f"difference: in every (regime, n) the curve at the smallest swept m is within "
-                f"the tolerance {result.tolerance} of its top ({spec.name}), so m* <= the "
-                "smallest swept m everywhere. If the metric is near chance, train longer or "
-                "choose a metric the model can move.")
+                f"the tolerance {result.tolerance} of its top ({spec.name}), trained for "
+                f"{budget.words}, so m* <= the smallest swept m everywhere. If the metric is "
+                "near chance, train longer or choose a metric the model can move." + verified)
     parts = [_headline_regime(result, r) for r in REGIMES if r in result.laws]
     text = (f"How many negatives this data can use, within {result.tolerance} of the best "
             f"{spec.name} (the tolerance; the report shows half and twice it), trained for "
@@ -213,11 +216,7 @@ def headline(result: Answer, spec: MetricSpec, budget: Budget,
         text += (f" The difference alpha_shared - alpha_independent: "
                  f"{interval_text(difference.estimate, difference.interval)} against the "
                  f"predicted +{difference.predicted:g}: {difference.verdict}.")
-    for v in verify:
-        text += (f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): m = "
-                 f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured there "
-                 f"(m = {v.best_m:,}).")
-    return text
+    return text + verified
 
 
 def comparison_text(cells: list[CurveCell], gains: list[dict[str, float | str]],
