@@ -57,3 +57,30 @@ def cell(n: int, m_star: float | None, lower: float, upper: float, *,
     return CurveCell(regime, n, ms, (0, 1, 2), (0.0, 1.0), (0.0, 1.0), "isotonic", "planted",
                      None, Isotonic(ms, (0.0, 1.0)), 0.01, status, m_star, lower, upper,
                      resolution, True, 10, ())
+
+
+def arm_rows(n: int, batch: int, control_batch: int, curve: Any, *, depends_on: str,
+             seeds: int = 4, noise: float = 0.002, level: float = -0.01, seed: int = 0,
+             fractions: tuple[float, ...] = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0),
+             regimes: tuple[str, ...] = ("shared", "independent")) -> list[dict[str, Any]]:
+    """Main-arm rows (``batch``) and control-arm rows (``control_batch``, ``arm = control``)
+    at one ``n`` whose metric ``score`` is ``curve(m)`` (``depends_on = "m"``) or ``curve`` of
+    the main arm's m at the same ``k = B m / n`` (``"k"``: the control at m scores
+    ``curve(m control_batch / batch)``), plus a shared seed level, the control's ``level``
+    shift and noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for regime in regimes:
+        levels = rng.normal(0, 0.02, size=seeds)
+        for s in range(seeds):
+            for f in fractions:
+                m = max(1, round(f * n))
+                for arm, b in (("main", batch), ("control", control_batch)):
+                    x = m if depends_on == "m" or arm == "main" else m * b / batch
+                    value = float(curve(x)) + levels[s] + rng.normal(0, noise)
+                    row = {"regime": regime, "n": n, "m": m, "seed": s,
+                           "score": value + (level if arm == "control" else 0.0)}
+                    if arm == "control":
+                        row.update(arm="control", batch_size=b)
+                    rows.append(row)
+    return rows

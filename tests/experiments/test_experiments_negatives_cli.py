@@ -27,7 +27,7 @@ def _specs(study_dir: Path) -> list[dict[str, object]]:
 
 def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
     args = ["study", "negatives", "--preset", "smoke", "--config", "synthetic-gaussian",
-            "--ns", "64,128",
+            "--loss", "gcl", "--ns", "64,128",
             "--fractions", "0.25,1", "--seeds", "0,1", "--budget", "256", "--batch-size", "32",
             "--device", "cpu", "--target-n", "500", "--refine-runs", "0", "--out",
             str(tmp_path), "--workers", "1", "--no-progress"]
@@ -42,7 +42,7 @@ def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
         # the config's model, optimiser and loss options stay; the study sets the rest
         assert config["model"]["kind"] == "linear" and config["model"]["embed_dim"] == 2
         assert config["optim"]["lr"] == 0.01 and config["loss"]["temperature"] == 1.0
-        assert config["loss"]["name"] == "gcl"  # the preset's in-batch InfoNCE takes no sets
+        assert config["loss"]["name"] == "gcl"  # --loss gcl (the preset's InfoNCE would stay)
         assert config["train"]["batch_size"] == 32 and config["train"]["max_samples"] == 256
         assert config["train"]["steps"] is None and config["train"]["device"] == "cpu"
         assert config["data"]["num_train"] == tags["n"] in (64, 128)

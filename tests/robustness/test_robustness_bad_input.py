@@ -749,6 +749,23 @@ CASES: list[Case] = [
          CrlValueError, "`--tolerance`: must be a number of points of the metric >= 0 "
          "(e.g. 0.01) or a percentage of the best below 100% (e.g. 2%); got 'nan'",
          "use a finite tolerance such as 0.01", cli=_study("--tolerance", "nan")),
+    Case("cli-study-target-epochs-zero", "CLI", "`crl study negatives --target-epochs 0`",
+         CrlValueError, "study negatives: `--target-epochs`: input should be greater than 0; "
+         "got 0.0", "plan a positive number of epochs (nothing trained)",
+         cli=_study("--target-epochs", "0")),
+    Case("cli-study-epochs-and-samples", "CLI", "`crl study negatives --target-epochs 2 "
+         "--target-samples 5000`", CrlValueError,
+         "give `--target-epochs` or `--target-samples` (`--budget`), not both; got 2 epochs and "
+         "5,000 samples", "state the training one way", cli=_study(
+             "--target-epochs", "2", "--target-samples", "5000")),
+    Case("cli-study-control-n-unswept", "CLI", "`crl study negatives --control --control-n 100`"
+         " (not a swept n)", CrlValueError,
+         "`--control-n` must be one of the swept n [64, 128, 512]; got 100",
+         "use one of --ns", cli=_study("--control", "--control-n", "100")),
+    Case("cli-study-compare-not-a-study", "CLI", "`crl study compare A B` where B is not a "
+         "study directory", CrlValueError, "has no study.json; pass directories `crl study "
+         "negatives` wrote", "pass two negatives study directories",
+         cli=lambda tmp: ["study", "compare", str(tmp), str(tmp / "missing")]),
     Case("cli-report-tolerance-text", "CLI", "`crl report DIR` whose `study.json` holds "
          "`\"tolerance\": \"x\"`", CrlValueError,
          "study.json: options.tolerance: must be a number of points of the metric >= 0 (e.g. 0.0"

@@ -61,7 +61,11 @@ def negatives(
         None, "--temperature", help="GCL temperature (default 0.05; with --config, its own)."),
     config: str | None = typer.Option(
         None, "--config", help="A crl train config (YAML or preset) to sweep: its data, model, "
-        "loss options and optimiser stay; the study sets n, m, seeds, budget and batch."),
+        "loss with its options and optimiser stay; the study sets n, m, seeds, budget and "
+        "batch. A loss without negative sets (in-batch only) is refused unless --loss."),
+    loss: str | None = typer.Option(
+        None, "--loss", help="The loss to train, one that takes negative sets (default: the "
+        "config's, or gcl)."),
     ns: str | None = typer.Option(None, "--ns", help="Anchors n, e.g. 500,1500,4000."),
     fractions: str | None = typer.Option(None, "--fractions", help="m/n, e.g. 0.1,0.4,1."),
     seeds: str | None = typer.Option(None, "--seeds", help="Seeds, e.g. 0,1,2,3."),
@@ -72,6 +76,20 @@ def negatives(
         None, "--target-n", help="The n to recommend m for (default: the whole training split)."),
     refine_runs: int | None = typer.Option(
         None, "--refine-runs", help="Run budget of the refinement stage (0: off)."),
+    target_epochs: float | None = typer.Option(
+        None, "--target-epochs", help="The training you plan: every n trains this many epochs "
+        "(default: the preset's samples per run)."),
+    target_samples: int | None = typer.Option(
+        None, "--target-samples", help="The training you plan: every run processes this many "
+        "samples (the same as --budget; default: the preset's)."),
+    verify: bool | None = typer.Option(
+        None, "--verify/--no-verify", help="Train the recommendation at the target n at "
+        "m/2, m, 2m and the largest m, >= 3 seeds (default: on in the full preset)."),
+    control: bool | None = typer.Option(
+        None, "--control/--no-control", help="A control arm: the same m at a batch 4 times "
+        "smaller, to tell m from the negatives per step (default: on in the full preset)."),
+    control_n: int | None = typer.Option(
+        None, "--control-n", help="The n of the control arm (one of --ns; default the largest)."),
     out: Path = _OUT,
     workers: int | None = _WORKERS,
     no_progress: bool = _NO_PROGRESS,
@@ -93,12 +111,33 @@ def negatives(
     outcome, analysis = run_and_report(
         "negatives", preset=preset, out=out, workers=workers, progress=not no_progress,
         data=data, model=model, metric=metric, tolerance=tolerance, temperature=temperature,
-        config=config, ns=parse_list("--ns", ns, int),
+        config=config, loss=loss, ns=parse_list("--ns", ns, int),
         fractions=parse_list("--fractions", fractions, float),
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
-        device=device, target_n=target_n, refine_runs=refine_runs, executor=executor,
+        device=device, target_n=target_n, refine_runs=refine_runs,
+        target_epochs=target_epochs, target_samples=target_samples, verify=verify,
+        control=control, control_n=control_n, executor=executor,
         group_runs=not no_group, force=force, keep_weights=keep_weights)
     _finish(outcome.study_dir, analysis)
+
+
+@study_app.command("compare")
+@handle_errors
+def compare(
+    first: Path = typer.Argument(..., help="A negatives study directory."),
+    second: Path = typer.Argument(..., help="Another, e.g. the full preset's."),
+) -> None:
+    """Do two negatives studies agree? Same question (data, metric, tolerance, target n,
+    training), then per regime: each recommendation within the other's interval.
+
+    Example: crl study compare runs/quick/negatives runs/full/negatives
+    """
+    from crl.experiments.negatives.compare import compare_studies
+
+    comparison = compare_studies(first, second)
+    for line in comparison.lines():
+        print(line)
+    print("agree" if comparison.agree else "do not agree")
 
 
 def _simple(name: str, doc: str) -> None:

@@ -16,11 +16,13 @@ import numpy as np
 from crl.experiments.metrics import MetricSpec
 from crl.experiments.negatives import tables, text
 from crl.experiments.negatives.answer import FACTORS, Answer, tolerance_sensitivity
+from crl.experiments.negatives.control import ControlResult, control_text
 from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
 from crl.experiments.negatives.grid import Grid
 from crl.experiments.negatives.setup import UNTRAINED
 from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.negatives.verify import VerifyResult, verify_text
 from crl.experiments.study import Analysis, Section, Table
 from crl.theory.scaling import fit_critical_m
 
@@ -39,6 +41,10 @@ class StudyFacts:
         baseline_label: What that model is, in words.
         added: The runs the refinement added: ``{"stage", "regime", "n", "m", "seed",
             "reason"}``.
+        control: The control arm's result per regime (:mod:`.control`; empty when not run).
+        verify: The verify stage's measurement per regime (:mod:`.verify`).
+        verify_note, control_note: Why the verify stage or the control arm has no result
+            (when it has none), completing a sentence.
     """
 
     setup: Section
@@ -48,6 +54,50 @@ class StudyFacts:
     baseline: float | None = None
     baseline_label: str = UNTRAINED
     added: list[dict[str, Any]] = field(default_factory=list)
+    control: list[ControlResult] = field(default_factory=list)
+    verify: list[VerifyResult] = field(default_factory=list)
+    verify_note: str = "was not run (`--verify` runs it)."
+    control_note: str = "was not run (`--control` runs it)."
+
+
+def budget_numbers(grid: Grid, target_n: int) -> dict[str, Any]:
+    """The training the answer holds for (``analysis.json``'s ``budget``, restated beside
+    every recommendation): samples per run or epochs at every n, and what it is at the
+    target n."""
+    return {"mode": "epochs" if grid.target_epochs is not None else "samples",
+            "training": grid.training_text(), "target_epochs": grid.target_epochs,
+            "samples_per_run": None if grid.target_epochs is not None else grid.budget,
+            "batch_size": grid.batch_size, "target_n": target_n,
+            "epochs_at_target": grid.epochs(target_n),
+            "samples_at_target": grid.samples(target_n),
+            "epochs": {str(n): grid.epochs(n) for n in grid.ns},
+            "samples": {str(n): grid.samples(n) for n in grid.ns}}
+
+
+def _control_section(control: list[ControlResult], note: str) -> Section:
+    if not control:
+        return Section("Control arm: m or the negatives per step", [
+            "The control arm (the same m at a second batch size, separating m from "
+            "k = B m / n) " + note])
+    return Section("Control arm: m or the negatives per step", [
+        "GCL at batch B meets k = B m / n of an anchor's negatives per step, so along one batch "
+        "size m and k move together. The control arm trains the same n and m at a batch r "
+        "times smaller (k r times smaller), paired by seed. If the curve follows m, the "
+        "control's curve is the main one up to a level shift c (b = 0); if it follows k, it is "
+        "the main curve at m / r (b = 1).", *[control_text(c) for c in control]])
+
+
+def _verify_section(verify: list[VerifyResult], note: str, metric: str,
+                    higher: bool) -> Section:
+    if not verify:
+        return Section("Verify: the recommendation at your n", [
+            "The verify stage (runs at the target n at m_rec / 2, m_rec, 2 m_rec and the "
+            "largest m) " + note])
+    return Section("Verify: the recommendation at your n", [
+        "The recommendation is trained where it is used: at the target n, at m_rec / 2, m_rec, "
+        "2 m_rec and the largest m, with the study's training. The best of these m is picked "
+        "on the same runs, so the difference leans towards it.",
+        *[verify_text(v, metric, higher) for v in verify]])
 
 
 def distinct_added(added: list[dict[str, Any]]) -> int:
@@ -101,8 +151,10 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
     answers = tolerance_sensitivity(rows, metric, higher, tolerance, facts.target_n)
     result = answers[FACTORS.index(1.0)]
     cells = list(result.cells)
-    budget = text.Budget(grid.budget, grid.batch_size, facts.target_n,
-                         grid.epochs(facts.target_n))
+    budget = text.Budget(grid.samples(facts.target_n), grid.batch_size, facts.target_n,
+                         grid.epochs(facts.target_n), grid.training_text(),
+                         grid.target_epochs)
+    verified = {v.plan.regime: verify_text(v, metric, higher) for v in facts.verify}
     # The cross-check takes one delta in metric units: a relative one's median over cells.
     delta = float(np.median([c.tolerance_points for c in cells])) if cells else tolerance.value
     fitted = fit_critical_m(rows, delta, metric=metric, higher_is_better=higher,
@@ -126,11 +178,16 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
     sections = [
         facts.setup,
         Section("The answer for your n", [text.recommendation_text(r, budget)
+                                          + (" " + verified[r.regime] if r.regime in verified
+                                             else "")
                                           for r in result.recommendations.values()],
                 tables=[tables.recommendation_table(result)]),
+        _verify_section(facts.verify, facts.verify_note, metric, higher),
         Section("The theory's prediction per regime", [text.prediction_text(), *verdicts]
-                + ([text.confounds_text((epochs[0], epochs[1]), k_range)] if contradicted
-                   else [])),
+                + ([text.confounds_text((epochs[0], epochs[1]), k_range,
+                                        [c.verdict for c in facts.control])]
+                   if contradicted else [])),
+        _control_section(facts.control, facts.control_note),
         Section("Metric against the number of negatives", [
             f"Each point is the mean over seeds of {spec.description} ({metric}) against m in % "
             f"of n; error bars are the standard deviation over seeds. {evaluation}{baseline}"],
@@ -172,10 +229,9 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
         Section("Comparison with the paper", text.comparison_text(cells, gains, spec)),
     ]
     numbers = {"metric": metric, "higher_is_better": higher, **result.to_dict(),
-               "budget": {"samples_per_run": grid.budget, "batch_size": grid.batch_size,
-                          "target_n": facts.target_n,
-                          "epochs_at_target": budget.epochs_at_target,
-                          "epochs": {str(n): grid.epochs(n) for n in grid.ns}},
+               "budget": budget_numbers(grid, facts.target_n),
+               "control": [c.to_dict() for c in facts.control],
+               "verify": [v.to_dict(higher) for v in facts.verify],
                "negatives_per_step": {"range": list(k_range),
                                       "at_m_star": {f"{c.regime} {c.n}":
                                                     grid.negatives_per_step(c.n, c.m_star)
@@ -187,4 +243,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
                "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
-    return Analysis(text.headline(result, spec, budget), sections, numbers)
+    for regime, rec in numbers["recommendations"].items():  # each restates its training
+        rec["budget"] = numbers["budget"]
+        found = [v for v in numbers["verify"] if v["regime"] == regime]
+        rec["verify"] = found[0] if found else None
+    return Analysis(text.headline(result, spec, budget, facts.verify), sections, numbers)

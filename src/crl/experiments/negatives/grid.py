@@ -19,8 +19,15 @@ DATA_NAMES = ("pycode", "digits", "synthetic")
 
 @dataclass(frozen=True)
 class Grid:
-    """The sweep of one preset: anchors ``ns``, fractions ``m/n``, seeds, samples budget, batch
-    size and refinement runs."""
+    """The sweep of one preset: anchors ``ns``, fractions ``m/n``, seeds, the training of a run
+    (``budget`` processed samples, or ``target_epochs`` passes over its n), batch size and
+    refinement runs.
+
+    Attributes:
+        target_epochs: When set, every n trains this many epochs (``--target-epochs``) and
+            ``budget`` is unused; else every run processes ``budget`` samples
+            (``--target-samples``, the preset's default).
+    """
 
     ns: tuple[int, ...]
     fractions: tuple[float, ...]
@@ -28,13 +35,30 @@ class Grid:
     budget: int
     batch_size: int
     refine_runs: int = 0
+    target_epochs: float | None = None
 
-    def steps(self, n: int) -> int:
+    def batch(self, n: int, batch_size: int | None = None) -> int:
+        """The batch of a run over ``n`` anchors: ``batch_size`` (the grid's by default), at
+        most ``n``."""
+        return min(self.batch_size if batch_size is None else batch_size, n)
+
+    def steps(self, n: int, batch_size: int | None = None) -> int:
         """Steps of a run over ``n`` anchors: ``ceil(budget / B)`` with the batch ``B`` at most
-        ``n`` (``train.max_samples``, docs/training.md)."""
-        return math.ceil(self.budget / min(self.batch_size, n))
+        ``n`` (``train.max_samples``, docs/training.md), or ``ceil(E floor(n / B))`` for
+        ``target_epochs = E``."""
+        b = self.batch(n, batch_size)
+        if self.target_epochs is not None:
+            return max(1, math.ceil(self.target_epochs * (n // b) - 1e-9))
+        return math.ceil(self.budget / b)
 
-    def epochs(self, n: int) -> float:
+    def samples(self, n: int, batch_size: int | None = None) -> int:
+        """The ``train.max_samples`` of a run over ``n`` anchors: the budget, or the steps of
+        ``target_epochs`` times the batch."""
+        if self.target_epochs is None:
+            return self.budget
+        return self.steps(n, batch_size) * self.batch(n, batch_size)
+
+    def epochs(self, n: int, batch_size: int | None = None) -> float:
         """Epochs over ``n`` anchors as the runs count them (their ``epoch`` column): steps over
         the full batches of one pass, ``floor(n / B)`` (the last partial batch is dropped).
 
@@ -42,12 +66,21 @@ class Grid:
             >>> round(Grid((250,), (1.0,), (0,), 12_000, 128).epochs(250), 2)  # 94 steps, 1 a pass
             94.0
         """
-        return self.steps(n) / (n // min(self.batch_size, n))
+        b = self.batch(n, batch_size)
+        return self.steps(n, batch_size) / (n // b)
 
-    def negatives_per_step(self, n: int, m: float) -> float:
+    def negatives_per_step(self, n: int, m: float, batch_size: int | None = None) -> float:
         """``k = B m / n``: how many of an anchor's m negatives are in one batch of ``B``
         (GCL's moving estimate is refreshed on these; docs/negatives.md)."""
-        return min(self.batch_size, n) * m / n
+        return self.batch(n, batch_size) * m / n
+
+    def training_text(self) -> str:
+        """The training of a run in words (``12,000 samples per run``, ``5 epochs at every
+        n``)."""
+        if self.target_epochs is not None:
+            unit = "epoch" if self.target_epochs == 1 else "epochs"
+            return f"{self.target_epochs:g} {unit} at every n"
+        return f"{self.budget:,} samples per run"
 
 
 # Per data set and preset. Budgets are processed samples per run, equal for every n (the paper's
@@ -79,8 +112,10 @@ GRIDS["files"] = GRIDS["synthetic"]
 def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
                   fractions: Sequence[float] | None = None, seeds: Sequence[int] | None = None,
                   budget: int | None = None, batch_size: int | None = None,
-                  refine_runs: int | None = None) -> Grid:
-    """``grid`` with the given fields replaced, each checked."""
+                  refine_runs: int | None = None, target_epochs: float | None = None
+                  ) -> Grid:
+    """``grid`` with the given fields replaced, each checked (``target_epochs`` replaces the
+    samples budget)."""
     where = "study negatives"
     changes: dict[str, Any] = {}
     if ns is not None:
@@ -103,6 +138,16 @@ def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
                 raise CrlValueError(f"{where}: `--{name.replace('_', '-')}` must be an integer "
                                     f">= {low}; got {value!r}")
             changes[name] = int(value)
+    if target_epochs is not None:
+        if isinstance(target_epochs, bool) or not math.isfinite(target_epochs) \
+                or target_epochs <= 0:
+            raise CrlValueError(f"{where}: `--target-epochs` must be a number > 0; got "
+                                f"{target_epochs!r}")
+        if budget is not None:
+            raise CrlValueError(f"{where}: give `--target-epochs` or `--target-samples` "
+                                f"(`--budget`), not both; got {target_epochs:g} epochs and "
+                                f"{budget:,} samples")
+        changes["target_epochs"] = float(target_epochs)
     return replace(grid, **changes)
 
 
@@ -145,20 +190,28 @@ def model_section(kind: str, model: str | None) -> dict[str, Any]:
 
 def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, *, n: int, m: int,
                        regime: str, seed: int, temperature: float, probe: bool,
-                       device: str | None, risk: bool = False) -> dict[str, Any]:
-    """The run config of one grid point with the study's own data, model and optimiser; the
+                       device: str | None, risk: bool = False,
+                       batch_size: int | None = None, loss: str = "gcl") -> dict[str, Any]:
+    """The run config of one grid point with the study's own data, model, optimiser and loss
+    (GCL unless ``loss``, which must take negative sets, :func:`study_loss`); the
     held-out risk (float64 tiles over the test set, half of a run's evaluation) only when it
-    is the study's metric (``risk``)."""
+    is the study's metric (``risk``). ``batch_size`` replaces the grid's (the control arm's
+    second batch size)."""
+    b = grid.batch(n, batch_size)
+    # The preset's warm-up (samples mode, the grid's batch) is kept exactly as it was; other
+    # trainings take a twentieth of their own steps.
+    warmup = (grid.budget // grid.batch_size // 20
+              if grid.target_epochs is None and batch_size is None else grid.steps(n, b) // 20)
     config: dict[str, Any] = {
         "data": {**data, "num_train": n, "seed": seed, "val_fraction": 0.0},
         "model": model,
-        "loss": {"name": "gcl", "temperature": temperature,
+        "loss": {"name": study_loss("gcl", loss), "temperature": temperature,
                  "gcl": {"gamma": 0.9, "gamma_schedule": "constant"}},
         "negatives": {"regime": regime, "m": m, "seed": seed},
         "optim": {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4,
-                  "warmup_steps": max(1, grid.budget // grid.batch_size // 20)},
-        "train": {"seed": seed, "batch_size": min(grid.batch_size, n),
-                  "max_samples": grid.budget, "log_every": 25,
+                  "warmup_steps": max(1, warmup)},
+        "train": {"seed": seed, "batch_size": b,
+                  "max_samples": grid.samples(n, b), "log_every": 25,
                   "checkpoint_every_s": 60.0},  # by time: kept only while the run trains
         # probes and the risk only when the summary metric is one (they take time)
         "eval": {"probe": probe, "geometry": False, "risk": risk},
@@ -168,32 +221,51 @@ def default_run_config(data: dict[str, Any], model: dict[str, Any], grid: Grid, 
     return config
 
 
-def keeps_loss(base: dict[str, Any]) -> bool:
-    """Whether a user's config keeps its own loss: one that takes negative sets (as its
-    registered objective declares) and is asked for with a set; else the study trains with
-    GCL."""
+def set_losses() -> list[str]:
+    """The losses that take a negative set (as their registered objectives declare): the ones
+    a study of m can train."""
     from crl.losses.registry import OBJECTIVES
 
-    name = base["loss"]["name"]
-    return name == "gcl" or (OBJECTIVES[name].accepts_negative_sets
-                             and base["negatives"]["regime"] != "in_batch")
+    return sorted(name for name, objective in OBJECTIVES.items()
+                  if objective.accepts_negative_sets)
+
+
+def study_loss(config_loss: str, loss: str | None) -> str:
+    """The loss a ``--config`` study trains: ``--loss`` when given, else the config's own (its
+    options stay either way); it must take a negative set, or m cannot be swept with it.
+
+    Raises:
+        CrlValueError: one line naming the loss and the losses that can.
+
+    Example:
+        >>> study_loss("clip", None), study_loss("siglip", "gcl")
+        ('clip', 'gcl')
+    """
+    name = loss or config_loss
+    if name not in set_losses():
+        origin = f"`--loss` {loss!r}" if loss else f"the config's loss {config_loss!r}"
+        raise CrlValueError(f"study negatives: {origin} takes no negative set (in-batch only), "
+                            f"so m cannot be swept with it; losses that can: "
+                            f"{', '.join(set_losses())} (choose one with --loss)")
+    return name
 
 
 def user_run_config(base: dict[str, Any], grid: Grid, *, n: int, m: int, regime: str,
                     seed: int, temperature: float | None, probe: bool,
-                    device: str | None) -> dict[str, Any]:
+                    device: str | None, batch_size: int | None = None,
+                    loss: str | None = None) -> dict[str, Any]:
     """The run config of one grid point from a user's resolved ``crl train`` config ``base``:
-    its data, model, loss options and optimiser stay; n, m, the seeds, the budget and the batch
-    are the study's."""
+    its data, model, loss and its options, and optimiser stay (``loss`` replaces the loss's
+    name, :func:`study_loss`); n, m, the seeds, the budget and the batch are the study's."""
     config = copy.deepcopy(base)
     config["data"].update(num_train=n, seed=seed)
-    if not keeps_loss(base):
-        config["loss"]["name"] = "gcl"
+    config["loss"]["name"] = study_loss(base["loss"]["name"], loss)
     if temperature is not None:
         config["loss"]["temperature"] = temperature
     config["negatives"].update(regime=regime, m=m, m_fraction=None, seed=seed)
-    config["train"].update(seed=seed, batch_size=min(grid.batch_size, n), epochs=None,
-                           steps=None, max_samples=grid.budget, eval_every=None,
+    b = grid.batch(n, batch_size)
+    config["train"].update(seed=seed, batch_size=b, epochs=None,
+                           steps=None, max_samples=grid.samples(n, b), eval_every=None,
                            checkpoint_every=None, checkpoint_every_s=60.0)
     if device is not None:
         config["train"]["device"] = device

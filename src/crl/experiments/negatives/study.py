@@ -8,21 +8,25 @@ contrastive loss at a fixed batch size (so ``m`` does not depend on the batch) f
 of processed samples. Every run is evaluated on the same held-out test pairs. The analysis
 locates ``m*`` per (regime, n) paired by seed, with censoring, fits ``m*(n) = e^c n^alpha`` per
 regime and recommends m for the user's n; a refinement stage adds runs where an interval is
-wide. With ``config=`` the sweep runs the user's own ``crl train`` config.
+wide; a control arm at one n trains the same m at a second batch size (does the curve follow m
+or the negatives per step?, :mod:`.control`); a verify stage measures the recommendation at the
+target n (:mod:`.verify`). With ``config=`` the sweep runs the user's own ``crl train`` config.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import Field, ValidationError, field_validator
+from typing import Any
 
 from crl.errors import CrlValueError
 from crl.experiments.metrics import METRICS, ir_key, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
+from crl.experiments.negatives.answer import answer
+from crl.experiments.negatives.control import ControlResult, control_batch, control_result
 from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.options import CONTROL_PRESETS, VERIFY_PRESETS, NegativesOptions
 from crl.experiments.negatives.refine import plan_refinement
 from crl.experiments.negatives.setup import (
     DATA_FILE,
@@ -32,8 +36,14 @@ from crl.experiments.negatives.setup import (
 )
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.tolerance import Tolerance
-from crl.experiments.study import Analysis, RunSpec, Study, StudyOptions
-from crl.models.config import ModelKind
+from crl.experiments.negatives.verify import (
+    VERIFY_FILE,
+    VerifyPlan,
+    VerifyResult,
+    plan_verify,
+    verify_result,
+)
+from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import read_json, write_json
 
 FRACTIONS_FULL = grids.FRACTIONS_FULL
@@ -46,68 +56,11 @@ REFINEMENT_FILE = "refinement.json"
 MAX_STAGES = 3
 
 
-class NegativesOptions(StudyOptions):
-    """The options of ``crl study negatives`` (their meaning: :class:`NegativesStudy`), typed
-    and checked before any run trains; ``study.json`` records them."""
-
-    data: str = "pycode"
-    config: str | None = None
-    model: ModelKind | None = None
-    metric: str | None = None
-    tolerance: float | str = 0.01
-    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    ns: list[int] | None = None
-    fractions: list[float] | None = None
-    seeds: list[int] | None = None
-    budget: int | None = None
-    batch_size: int | None = None
-    device: str | None = None
-    target_n: int | None = None
-    refine_runs: int | None = None
-
-    @field_validator("ns", "fractions", "seeds", mode="before")
-    @classmethod
-    def _as_list(cls, value: Any) -> Any:
-        return list(value) if isinstance(value, tuple) else value
-
-    @field_validator("tolerance", mode="before")
-    @classmethod
-    def _tolerance(cls, value: Any) -> float | str:
-        """A number of points stays a float (as ``study.json`` records it); a percentage stays
-        its text (``2%``)."""
-        try:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise CrlValueError("not a number or a percentage")
-            parsed = Tolerance.parse(value)
-        except CrlValueError:
-            raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
-                             "percentage of the best below 100% (e.g. 2%)") from None
-        return str(value).strip() if parsed.relative else parsed.value
-
-    @field_validator("metric")
-    @classmethod
-    def _declared(cls, value: str | None) -> str | None:
-        if value is not None and value not in METRICS:
-            raise ValueError("has no declared direction; choose one of "
-                             + ", ".join(sorted(METRICS)))
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str | None) -> str | None:
-        from crl.train.config import TrainOptions
-
-        if value is not None:
-            try:
-                TrainOptions(device=value)  # the runs' own rule for a device
-            except ValidationError:
-                raise ValueError("must be cpu, cuda or cuda:N") from None
-        return value
-
-    def recorded(self) -> dict[str, Any]:
-        """``data``, ``metric`` and ``tolerance`` always, the others when given."""
-        return {k: v for k, v in self.model_dump().items()
-                if k in ("data", "metric", "tolerance") or v is not None}
+def arm(row: dict[str, Any]) -> str:
+    """Which arm a result row belongs to: ``main`` (the grid and its refinement), ``control``
+    or ``verify`` (the ``arm`` tag; rows written before there were arms are ``main``)."""
+    value = row.get("arm")
+    return value if isinstance(value, str) and value else "main"
 
 
 class NegativesStudy(Study):
@@ -117,8 +70,9 @@ class NegativesStudy(Study):
         data: ``pycode`` (default), ``digits``, ``synthetic``, or a ``.npz``/``.jsonl`` file
             (the model then follows the data, as in ``crl train``).
         config: A ``crl train`` YAML config (or preset name) to sweep: its data, model, loss
-            options and optimiser stay; the study sets n, m, the seeds, the budget and the batch
-            and trains with GCL unless the config asks for another loss with a negative set.
+            and its options, and optimiser stay; the study sets n, m, the seeds, the budget and
+            the batch. A loss that takes no negative set is refused unless ``loss`` names one.
+        loss: The loss to train (default: the config's, or GCL); it must take negative sets.
         model: Model kind (default per data set).
         metric: The summary metric (default: mean recall@1 both ways; on ``digits``
             ``probe/knn_acc``); its direction is declared in :mod:`crl.experiments.metrics`.
@@ -129,6 +83,11 @@ class NegativesStudy(Study):
         device: ``cpu`` or ``cuda`` for every run.
         target_n: The n to recommend m for (default: the whole training split).
         refine_runs: Run budget of the refinement stage (default per preset; 0: off).
+        target_epochs, target_samples: The training the user plans: every n trains this many
+            epochs, or every run this many samples (``budget``; default: the preset's).
+        verify: Run the verify stage at the target n (default: on in the full preset).
+        control, control_n: Run the control arm at a second batch size (default: on in the
+            full preset), at ``control_n`` (one of the grid's n; default the largest).
     """
 
     name = "negatives"
@@ -155,10 +114,12 @@ class NegativesStudy(Study):
                 self.base = load_config(config).model_dump(mode="json")
             except CrlValueError as exc:
                 raise CrlValueError(f"study negatives: `--config`: {exc}") from None
+            self.loss = grids.study_loss(str(self.base["loss"]["name"]), o.loss)
             data_name = str(self.base["data"]["name"])
             self.kind = data_name if data_name in grids.DATA_NAMES else "files"
             self.data_section = self.base["data"]
         else:
+            self.loss = grids.study_loss("gcl", o.loss)
             self.kind, self.data_section = grids.data_section(o.data)
         self.model_section = (self.base["model"] if self.base is not None
                               else grids.model_section(self.kind, model))
@@ -168,9 +129,21 @@ class NegativesStudy(Study):
         if self.metric.startswith("probe/") and data_name == "pycode":
             raise CrlValueError(f"study negatives: metric {self.metric!r} needs labelled data; "
                                 "the pycode pairs have no labels (use recall@1, or --data digits)")
+        if o.budget is not None and o.target_samples is not None \
+                and o.budget != o.target_samples:
+            raise CrlValueError(f"study negatives: `--budget` and `--target-samples` are one "
+                                f"option; got {o.budget:,} and {o.target_samples:,}")
+        budget = o.target_samples if o.target_samples is not None else o.budget
         self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=o.ns,
-                                        fractions=o.fractions, seeds=o.seeds, budget=o.budget,
-                                        batch_size=o.batch_size, refine_runs=o.refine_runs)
+                                        fractions=o.fractions, seeds=o.seeds, budget=budget,
+                                        batch_size=o.batch_size, refine_runs=o.refine_runs,
+                                        target_epochs=o.target_epochs)
+        self.verify = preset in VERIFY_PRESETS if o.verify is None else o.verify
+        self.control = preset in CONTROL_PRESETS if o.control is None else o.control
+        self.control_n = max(self.grid.ns) if o.control_n is None else o.control_n
+        if self.control and self.control_n not in self.grid.ns:
+            raise CrlValueError(f"study negatives: `--control-n` must be one of the swept n "
+                                f"{list(self.grid.ns)}; got {self.control_n}")
         self.tolerance = Tolerance.parse(o.tolerance)
         self.temperature = o.temperature
         self.device = o.device
@@ -179,6 +152,12 @@ class NegativesStudy(Study):
                                 f"{target_n!r}")
         self.target_n = target_n
         self.added: list[dict[str, Any]] = []
+        self.verify_plans: list[VerifyPlan] = []
+
+    @property
+    def control_batch(self) -> int:
+        """The control arm's batch size (:func:`~.control.control_batch`)."""
+        return control_batch(self.grid.batch(self.control_n))
 
     # -- the grid -------------------------------------------------------------------------
 
@@ -196,6 +175,19 @@ class NegativesStudy(Study):
         for a in self.added:
             specs.append(self._spec(a["n"], a["m"], a["m"] / a["n"], a["regime"], a["seed"],
                                     stage=a["stage"]))
+        if self.control:
+            n = self.control_n
+            for fraction in grid.fractions:
+                for regime in REGIMES:
+                    for seed in grid.seeds:
+                        specs.append(self._spec(n, max(1, round(fraction * n)), fraction,
+                                                regime, seed, arm="control",
+                                                batch_size=self.control_batch))
+        for plan in self.verify_plans:
+            for m in plan.ms:
+                for seed in plan.seeds:
+                    specs.append(self._spec(plan.target_n, m, m / plan.target_n, plan.regime,
+                                            seed, arm="verify"))
         checked: set[str] = set()
         for spec in specs:  # every config is checked here, once, before any worker starts
             if spec.run_id not in checked:
@@ -204,7 +196,8 @@ class NegativesStudy(Study):
         return specs
 
     def _spec(self, n: int, m: int, fraction: float, regime: str, seed: int,
-              stage: int | None = None) -> RunSpec:
+              stage: int | None = None, arm: str | None = None,
+              batch_size: int | None = None) -> RunSpec:
         # With m >= n - 1 every other sample is a negative in both regimes: one run serves both
         # (the two specs share a config, hence a run id; only their tags differ).
         run_regime = "shared" if m >= n - 1 else regime
@@ -213,19 +206,25 @@ class NegativesStudy(Study):
             config = grids.default_run_config(
                 self.data_section, self.model_section, self.grid, n=n, m=m, regime=run_regime,
                 seed=seed, temperature=0.05 if self.temperature is None else self.temperature,
-                probe=probe, device=self.device, risk=self.metric == "risk/contrastive")
+                probe=probe, device=self.device, risk=self.metric == "risk/contrastive",
+                batch_size=batch_size, loss=self.loss)
         else:
             config = grids.user_run_config(self.base, self.grid, n=n, m=m, regime=run_regime,
                                            seed=seed, temperature=self.temperature,
-                                           probe=probe, device=self.device)
+                                           probe=probe, device=self.device,
+                                           batch_size=batch_size, loss=self.loss)
         if ir_key(self.metric):  # the IR metrics are computed only when asked for
             config["eval"]["ir"] = True
         tags: dict[str, Any] = {"n": n, "m": m, "m_fraction": fraction, "regime": regime,
-                                "seed": seed,
-                                "negatives_per_step": self.grid.negatives_per_step(n, m)}
+                                "seed": seed, "negatives_per_step":
+                                self.grid.negatives_per_step(n, m, batch_size)}
         if stage is not None:
             tags["stage"] = stage
-        return RunSpec(config, tags, label=f"n{n}-m{m}-{run_regime[:3]}-s{seed}")
+        label = f"n{n}-m{m}-{run_regime[:3]}-s{seed}"
+        if arm is not None:  # the grid's own runs keep the tags they always had
+            tags.update(arm=arm, batch_size=self.grid.batch(n, batch_size))
+            label += f"-b{self.grid.batch(n, batch_size)}" if arm == "control" else "-verify"
+        return RunSpec(config, tags, label=label)
 
     def execute(self, spec: RunSpec, run_dir: Path, *, resume: bool) -> None:
         from crl.experiments.runs import fit_study_run
@@ -242,23 +241,52 @@ class NegativesStudy(Study):
         self.load_state(study_dir)
         first = self.runs()[0]
         facts = check_data(first.config, self.grid.ns, self.metric)
+        if self.verify and self.target_n is not None and self.target_n > facts["train_size"]:
+            raise CrlValueError(f"study negatives: `--verify` trains at the target n, and "
+                                f"`--target-n` {self.target_n:,} exceeds the "
+                                f"{facts['train_size']:,} training pairs; give a smaller "
+                                "--target-n or --no-verify")
         study_dir.mkdir(parents=True, exist_ok=True)
         write_json(study_dir / DATA_FILE, facts)
 
     def load_state(self, study_dir: Path) -> None:
-        """Read the runs the refinement added (``refinement.json``)."""
+        """Read the runs the refinement added (``refinement.json``) and the verify stage's plan
+        (``verify.json``)."""
         path = study_dir / REFINEMENT_FILE
         self.added = list(read_json(path).get("added", [])) if path.exists() else []
+        path = study_dir / VERIFY_FILE
+        self.verify_plans = ([VerifyPlan.from_dict(p) for p in read_json(path)["plans"]]
+                             if path.exists() else [])
+
+    def _target(self, study_dir: Path) -> int:
+        data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
+        return self.target_n or int(data.get("train_size") or max(self.grid.ns))
 
     def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
-        """Plan the next refinement stage from ``rows``; returns the number of new runs."""
+        """Plan the next stage from ``rows``: a refinement stage while one adds runs, then the
+        verify stage once; returns the number of new runs (0: no stage left)."""
+        main = [r for r in self._with_metric(rows) if arm(r) == "main"]
+        return self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
+
+    def _plan_verify(self, main: list[dict[str, Any]], study_dir: Path) -> int:
+        if not self.verify or self.verify_plans:
+            return 0
+        target = self._target(study_dir)
+        result = answer(main, self.metric, self.spec.higher_is_better, self.tolerance, target)
+        largest = max(1, round(max(self.grid.fractions) * target))
+        known = {s.run_id for s in self.runs()}
+        self.verify_plans = plan_verify(result.recommendations, target, largest,
+                                        self.grid.seeds)
+        write_json(study_dir / VERIFY_FILE, {"plans": [p.to_dict() for p in self.verify_plans]})
+        return len({s.run_id for s in self.runs()} - known)
+
+    def _refine_stage(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         used = len(self.added)
         budget = self.grid.refine_runs - used
         stage = 1 + max((int(a["stage"]) for a in self.added), default=0)
         if budget <= 0 or stage > MAX_STAGES:
             return 0
-        cells = curve_cells(self._with_metric(rows), self.metric, self.spec.higher_is_better,
-                            self.tolerance)
+        cells = curve_cells(rows, self.metric, self.spec.higher_is_better, self.tolerance)
         known = {s.run_id for s in self.runs()}
         new = []
         for a in plan_refinement(cells, budget):
@@ -285,11 +313,48 @@ class NegativesStudy(Study):
             if self.metric == "recall@1" or ir_key(self.metric):  # derived, or a short name
                 value = metric_value(row, self.metric)
                 row[self.metric] = float("nan") if value is None else value
-            if row.get("negatives_per_step") is None:  # results written before runs recorded k
-                row["negatives_per_step"] = self.grid.negatives_per_step(int(row["n"]),
+            k = row.get("negatives_per_step")
+            if k is None or (isinstance(k, float) and math.isnan(k)):  # written before runs
+                row["negatives_per_step"] = self.grid.negatives_per_step(int(row["n"]),  # had k
                                                                          float(row["m"]))
             out.append(row)
         return out
+
+    def control_results(self, rows: list[dict[str, Any]]) -> list[ControlResult]:
+        """The control arm's verdict per regime from the rows of every arm."""
+        if not self.control:
+            return []
+        main = [r for r in rows if arm(r) == "main"]
+        ctrl = [r for r in rows if arm(r) == "control"]
+        found = [control_result(main, ctrl, self.metric, self.spec.higher_is_better,
+                                self.tolerance, regime=regime, n=self.control_n,
+                                batch=self.grid.batch(self.control_n),
+                                control_batch=self.control_batch) for regime in REGIMES]
+        return [c for c in found if c is not None]
+
+    def verify_results(self, rows: list[dict[str, Any]]) -> list[VerifyResult]:
+        """The verify stage's measurement per regime from the rows of every arm."""
+        mine = [r for r in rows if arm(r) == "verify"]
+        found = [verify_result(p, mine, self.metric, self.spec.higher_is_better,
+                               self.tolerance) for p in self.verify_plans]
+        return [v for v in found if v is not None]
+
+    def _verify_note(self, study_dir: Path) -> str:
+        if not self.verify:
+            return "was not run (`--verify` runs it)."
+        if not (study_dir / VERIFY_FILE).exists():
+            return "has not been planned yet: it follows the refinement."
+        if not self.verify_plans:
+            return ("had nothing to measure: no regime's recommendation gives an m (only an "
+                    "upper bound).")
+        return "has no finished runs at m_rec and another m on a common seed yet."
+
+    def _control_note(self) -> str:
+        if not self.control:
+            return "was not run (`--control` runs it)."
+        return (f"has no result: it needs finished runs in both arms at >= 3 of the swept m "
+                f"whose m / {self.grid.batch(self.control_n) / self.control_batch:g} lies in "
+                "the swept range.")
 
     def analyze(self, rows: list[dict[str, Any]], study_dir: Path) -> Analysis:
         rows = self._with_metric(rows)
@@ -297,11 +362,13 @@ class NegativesStudy(Study):
             raise CrlValueError(f"study negatives: metric {self.metric!r} is not in the results; "
                                 f"available: {sorted({k for r in rows for k in r})}")
         data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
-        target = self.target_n or int(data.get("train_size") or max(self.grid.ns))
         distinct = len({r["run_id"] for r in rows})
-        facts = StudyFacts(setup_section(self, data, distinct), self.grid, target,
-                           test_size=data.get("test_size"), baseline=data.get("baseline"),
-                           baseline_label=baseline_label(data),
-                           added=self.added)
-        return build_analysis(rows, study_dir, spec=self.spec, tolerance=self.tolerance,
-                              preset=self.preset, facts=facts)
+        facts = StudyFacts(setup_section(self, data, distinct), self.grid,
+                           self._target(study_dir), test_size=data.get("test_size"),
+                           baseline=data.get("baseline"), baseline_label=baseline_label(data),
+                           added=self.added, control=self.control_results(rows),
+                           verify=self.verify_results(rows),
+                           verify_note=self._verify_note(study_dir),
+                           control_note=self._control_note())
+        return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
+                              tolerance=self.tolerance, preset=self.preset, facts=facts)

@@ -9,6 +9,7 @@ Every number in these sentences is formatted from a value that ``analysis.json``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crl.experiments.metrics import MetricSpec
@@ -18,6 +19,7 @@ from crl.experiments.negatives.laws import LawFit, Recommendation
 from crl.experiments.negatives.paper import PAPER
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.verdict import PREDICTED_ALPHA, interval_text
+from crl.experiments.negatives.verify import VerifyResult
 
 
 @dataclass(frozen=True)
@@ -25,16 +27,27 @@ class Budget:
     """The training every run had, and what it means at the target n.
 
     Attributes:
-        samples: Processed samples per run. batch_size: The batch (at most n).
+        samples: Processed samples per run at the target n (every run's, unless the study
+            trains a number of epochs). batch_size: The batch (at most n).
         target_n: The n the recommendation is for. epochs_at_target: Passes over the target
             n's anchors at that budget, counted as the runs count epochs (steps over full
             batches per pass, ``floor(n / B)``).
+        training: The training of a run in words (:meth:`.grid.Grid.training_text`).
+        target_epochs: The epochs every n trains (``--target-epochs``), None when every run
+            trains ``samples``.
     """
 
     samples: int
     batch_size: int
     target_n: int
     epochs_at_target: float
+    training: str = ""
+    target_epochs: float | None = None
+
+    @property
+    def words(self) -> str:
+        """The training in words: ``training``, or the samples per run."""
+        return self.training or f"{self.samples:,} samples per run"
 
 
 def pct(m: float, n: float) -> str:
@@ -82,6 +95,10 @@ def law_text(law: LawFit, without: LawFit) -> str:
 
 def budget_text(budget: Budget) -> str:
     """The training the answer holds for, restated."""
+    if budget.target_epochs is not None:
+        return (f"It holds for the training it was measured at: {budget.training} at batch "
+                f"{budget.batch_size}, which at n = "
+                f"{budget.target_n:,} is {budget.samples:,} samples.")
     return (f"It holds for the training it was measured at: {budget.samples:,} samples per "
             f"run at batch {budget.batch_size}, which at n = {budget.target_n:,} is "
             f"{budget.epochs_at_target:.3g} epochs.")
@@ -138,15 +155,22 @@ def prediction_text() -> str:
             "or the interval is unbounded, wider than 1, or holds both predictions).")
 
 
-def confounds_text(epochs: tuple[float, float], k: tuple[float, float]) -> str:
-    """What else changes with n in this study, beside a contradiction."""
+def confounds_text(epochs: tuple[float, float], k: tuple[float, float],
+                   control: list[str] | None = None) -> str:
+    """What else changes with n in this study, beside a contradiction (``control``: the
+    control arm's verdicts, when it ran)."""
+    found = sorted(set(control or []))
+    arm = ("A control arm that trains one m at two batch sizes (separating m from k) has not "
+           "been run." if not found else
+           "The control arm, which trains the same m at a second batch size, finds: "
+           + ", ".join(f"follows {v}" if v in ("m", "k") else v for v in found)
+           + " (its section).")
     return ("Where the data contradict the theory, these also change with n here and may be "
             f"the cause: the tolerance is one fixed amount for every n (the theory's balance "
             f"moves it with n^-1/2); under the fixed budget the runs see {epochs[0]:.3g} to "
             f"{epochs[1]:.3g} epochs; the metric (recall@1) is not the risk; and with GCL an "
             f"anchor meets k = B m / n of its negatives per step ({k[0]:.3g} to {k[1]:.3g} "
-            "over the runs), so m and k move together. A control arm that trains one m at two "
-            "batch sizes (separating m from k) has not been run.")
+            "over the runs), so m and k move together. " + arm)
 
 
 def _headline_regime(result: Answer, regime: str) -> str:
@@ -168,26 +192,31 @@ def _headline_regime(result: Answer, regime: str) -> str:
             f"{answer_part}")
 
 
-def headline(result: Answer, spec: MetricSpec, budget: Budget) -> str:
-    """The tolerance, each regime's law against its prediction, and the answer for the n."""
+def headline(result: Answer, spec: MetricSpec, budget: Budget,
+             verify: Sequence[VerifyResult] = ()) -> str:
+    """The tolerance, each regime's law against its prediction, the answer for the n and, when
+    the verify stage ran, whether it holds there."""
     if not result.cells:
         return "No finished runs to analyse."
+    verified = "".join(f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): m = "
+                       f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured "
+                       f"there (m = {v.best_m:,})." for v in verify)
     if all(c.status == "below" for c in result.cells):
         return ("On this data and budget the number of negatives made no measurable "
                 f"difference: in every (regime, n) the curve at the smallest swept m is within "
-                f"the tolerance {result.tolerance} of its top ({spec.name}), so m* <= the "
-                "smallest swept m everywhere. If the metric is near chance, train longer or "
-                "choose a metric the model can move.")
+                f"the tolerance {result.tolerance} of its top ({spec.name}), trained for "
+                f"{budget.words}, so m* <= the smallest swept m everywhere. If the metric is "
+                "near chance, train longer or choose a metric the model can move." + verified)
     parts = [_headline_regime(result, r) for r in REGIMES if r in result.laws]
     text = (f"How many negatives this data can use, within {result.tolerance} of the best "
             f"{spec.name} (the tolerance; the report shows half and twice it), trained for "
-            f"{budget.samples:,} samples per run: " + "; ".join(parts) + ".")
+            f"{budget.words}: " + "; ".join(parts) + ".")
     difference = result.verdicts.get("shared - independent")
     if difference is not None:
         text += (f" The difference alpha_shared - alpha_independent: "
                  f"{interval_text(difference.estimate, difference.interval)} against the "
                  f"predicted +{difference.predicted:g}: {difference.verdict}.")
-    return text
+    return text + verified
 
 
 def comparison_text(cells: list[CurveCell], gains: list[dict[str, float | str]],

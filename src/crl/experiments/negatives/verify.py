@@ -1,0 +1,166 @@
+"""The verify stage of ``crl study negatives``: the recommendation measured where it is used
+(docs/negatives.md, "The verify stage").
+
+After the refinement, the study trains at the target n (by default the whole training split)
+at ``m_rec / 2``, ``m_rec``, ``2 m_rec`` and the largest m of the grid, with at least
+:data:`MIN_SEEDS` seeds and the study's training, and asks whether ``m_rec`` is within the
+tolerance of the best of those m. The difference ``best - m_rec`` (oriented: higher is better)
+is paired over seeds and its 95% interval resamples whole seeds (:mod:`.resample`). The best m
+is picked on the same runs, so the difference leans towards the best's side: a "within" is
+conservative, a small "not within" may be selection.
+
+- ``within``: the mean difference and the interval's upper end are within the tolerance;
+- ``within (the interval reaches past the tolerance)``: the mean only;
+- ``not within``: the mean difference exceeds the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from crl.experiments.negatives.curves import cell_tables
+from crl.experiments.negatives.laws import Recommendation
+from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
+from crl.experiments.negatives.tolerance import Tolerance
+
+MIN_SEEDS = 3
+VERIFY_FILE = "verify.json"
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """The runs of the verify stage for one regime: m at ``target_n`` times ``seeds``."""
+
+    regime: str
+    target_n: int
+    m_rec: int
+    ms: tuple[int, ...]
+    seeds: tuple[int, ...]
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``verify.json``)."""
+        return {"regime": self.regime, "target_n": self.target_n, "m_rec": self.m_rec,
+                "ms": list(self.ms), "seeds": list(self.seeds), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VerifyPlan:
+        """The plan ``verify.json`` recorded."""
+        return cls(str(d["regime"]), int(d["target_n"]), int(d["m_rec"]),
+                   tuple(int(m) for m in d["ms"]), tuple(int(s) for s in d["seeds"]),
+                   str(d["source"]))
+
+
+def verify_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid's seeds, topped up to :data:`MIN_SEEDS` with the next integers.
+
+    Example:
+        >>> verify_seeds((0, 1)), verify_seeds((0, 1, 2, 3))
+        ((0, 1, 2), (0, 1, 2, 3))
+    """
+    out = list(seeds)
+    extra = max(seeds, default=-1) + 1
+    while len(out) < MIN_SEEDS:
+        out.append(extra)
+        extra += 1
+    return tuple(out)
+
+
+def plan_verify(recommendations: dict[str, Recommendation], target_n: int, largest_m: int,
+                seeds: tuple[int, ...]) -> list[VerifyPlan]:
+    """One :class:`VerifyPlan` per regime whose recommendation gives a value (its point, or
+    the lower bound of a censored cell); m clipped to ``[1, target_n]``."""
+    plans = []
+    for regime, rec in recommendations.items():
+        value = rec.m if rec.m is not None else rec.low if rec.low > 0 else None
+        if value is None or not math.isfinite(value):
+            continue
+        m_rec = min(max(1, round(value)), target_n)
+        ms = sorted({min(max(1, round(x)), target_n)
+                     for x in (value / 2, m_rec, 2 * value, largest_m)})
+        source = rec.source if rec.m is not None else f"{rec.source} (its lower bound)"
+        plans.append(VerifyPlan(regime, target_n, m_rec, tuple(ms), verify_seeds(seeds),
+                                source))
+    return plans
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What the verify runs measured for one regime.
+
+    Attributes:
+        plan: What was planned. ms, means: The m measured and their mean scores over seeds
+            (oriented). best_m: The best of them. difference, interval: ``best - m_rec``
+            paired over ``seeds``, and its 95% interval. tolerance_points: The tolerance in
+            metric units (relative to the best). verdict: See the module docstring.
+    """
+
+    plan: VerifyPlan
+    ms: tuple[int, ...]
+    means: tuple[float, ...]
+    best_m: int
+    difference: float
+    interval: tuple[float, float]
+    tolerance_points: float
+    seeds: tuple[int, ...]
+    exact: bool
+    num_resamples: int
+    verdict: str
+
+    def to_dict(self, higher: bool = True) -> dict[str, Any]:
+        """JSON-ready; ``means`` in the metric's own direction."""
+        sign = 1.0 if higher else -1.0
+        return {**self.plan.to_dict(), "measured_ms": list(self.ms),
+                "means": [sign * v for v in self.means], "best_m": self.best_m,
+                "difference": self.difference, "interval": list(self.interval),
+                "tolerance_points": self.tolerance_points, "seeds": list(self.seeds),
+                "exact": self.exact, "num_resamples": self.num_resamples,
+                "verdict": self.verdict}
+
+
+def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, higher: bool,
+                  tolerance: Tolerance) -> VerifyResult | None:
+    """The :class:`VerifyResult` of ``plan`` from the verify ``rows`` (None until m_rec and
+    one other m have runs on a common seed)."""
+    found = cell_tables(rows, metric, higher).get((plan.regime, plan.target_n))
+    if found is None:
+        return None
+    ms_f, seeds_f, table = found
+    ms = [int(m) for m in ms_f]
+    if plan.m_rec not in ms or len(ms) < 2:
+        return None
+    keep = [k for k in range(len(seeds_f)) if np.isfinite(table[k]).all()]  # paired seeds
+    if not keep:
+        return None
+    table = table[keep]
+    seeds = tuple(seeds_f[k] for k in keep)
+    means = table.mean(axis=0)
+    best = int(np.argmax(means))
+    rec = ms.index(plan.m_rec)
+    diff = table[:, best] - table[:, rec]  # (S,) paired
+    rng = np.random.default_rng([plan.target_n, len(seeds)])
+    counts, weights, exact = seed_resamples(len(seeds), rng)
+    draws = counts @ diff / len(seeds)
+    interval = (weighted_quantile(draws, weights, 0.025),
+                weighted_quantile(draws, weights, 0.975))
+    tol = tolerance.points(float(means[best]))
+    point = float(diff.mean())
+    verdict = ("not within" if point > tol else "within" if interval[1] <= tol
+               else "within (the interval reaches past the tolerance)")
+    return VerifyResult(plan, tuple(ms), tuple(float(v) for v in means), ms[best], point,
+                        interval, tol, seeds, exact, len(weights), verdict)
+
+
+def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
+    """The measurement at the user's n in a sentence (every number is in ``analysis.json``)."""
+    sign = 1.0 if higher else -1.0
+    scores = ", ".join(f"m = {m:,}: {sign * v:.3f}" for m, v in zip(r.ms, r.means, strict=True))
+    return (f"Measured at n = {r.plan.target_n:,} (the verify stage, {len(r.seeds)} seeds): "
+            f"{metric} {scores}. The best is m = {r.best_m:,}; m_rec = {r.plan.m_rec:,} is "
+            f"{r.difference:.3f} below it, paired over seeds [{r.interval[0]:.3f}, "
+            f"{r.interval[1]:.3f}] ({r.num_resamples} {'exact' if r.exact else 'random'} seed "
+            f"resamples), against the tolerance {r.tolerance_points:.3g}: {r.verdict}.")

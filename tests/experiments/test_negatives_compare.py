@@ -1,0 +1,83 @@
+"""``crl study compare``: two negatives studies agree when they answer the same question (data,
+metric, tolerance, target n, training) and each recommendation lies in the other's interval;
+otherwise it says why not, with the numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from crl.cli import app
+from crl.experiments.negatives.compare import compare_studies
+
+runner = CliRunner()
+
+
+def _rec(m: float | None, low: float, high: float | None, *, source: str = "law",
+         n_used: int = 17_908) -> dict[str, Any]:
+    return {"m": m, "low": low, "high": high, "source": source, "n_used": n_used,
+            "extrapolation": False, "target_n": 17_908, "verify": None}
+
+
+def _numbers(shared: dict[str, Any], independent: dict[str, Any], *,
+             samples: int = 200_000) -> dict[str, Any]:
+    return {"metric": "recall@1", "tolerance": {"text": "0.01", "value": 0.01},
+            "target_n": 17_908,
+            "budget": {"mode": "samples", "samples_per_run": samples, "batch_size": 256,
+                       "target_epochs": None},
+            "recommendations": {"shared": shared, "independent": independent}}
+
+
+def _study(path: Path, numbers: dict[str, Any], preset: str = "quick") -> Path:
+    path.mkdir(parents=True)
+    (path / "study.json").write_text(json.dumps(
+        {"study": "negatives", "preset": preset, "options": {"data": "pycode"}}))
+    (path / "analysis.json").write_text(json.dumps({"headline": "", "numbers": numbers}))
+    return path
+
+
+def test_agree_disagree_and_why(tmp_path: Path) -> None:
+    a = _study(tmp_path / "a", _numbers(_rec(3000, 2500, 4000), _rec(1500, 1000, 2000)))
+    b_numbers = _numbers(_rec(3500, 2800, 5000), _rec(600, 400, 800, source="nearest cell",
+                                                      n_used=15_000))
+    b_numbers["recommendations"]["independent"]["verify"] = {
+        "target_n": 17_908, "m_rec": 600, "verdict": "not within", "best_m": 1200}
+    b = _study(tmp_path / "b", b_numbers, preset="full")
+    result = compare_studies(a, b)
+    assert not result.mismatches and not result.agree
+    verdicts = {r.regime: r for r in result.regimes}
+    assert verdicts["shared"].verdict == "agree"  # 3000 in [2800, 5000], 3500 in [2500, 4000]
+    independent = verdicts["independent"]
+    assert independent.verdict == "disagree"
+    assert "nearest cell at n = 15,000" in independent.why and "not within" in independent.why
+    lines = result.lines()
+    assert any(line.startswith("shared: agree: A m = 3,000 [2,500, 4,000]") for line in lines)
+    cli = runner.invoke(app, ["study", "compare", str(a), str(b)])
+    assert cli.exit_code == 0, cli.output
+    assert "independent: disagree" in cli.output and cli.output.strip().endswith("do not agree")
+
+
+def test_different_questions_are_not_compared(tmp_path: Path) -> None:
+    base = _numbers(_rec(3000, 2500, 4000), _rec(1500, 1000, 2000))
+    a = _study(tmp_path / "a", base)
+    other = copy.deepcopy(base)
+    other["budget"]["samples_per_run"] = 12_000
+    other["tolerance"]["text"] = "2% of the best"
+    b = _study(tmp_path / "b", other)
+    result = compare_studies(a, b)
+    assert not result.agree and not result.regimes
+    line = result.lines()[0]
+    assert line.startswith("not comparable") and "2% of the best" in line
+    assert "training: 200,000 samples per run at batch 256 against 12,000 samples" in line
+    same = compare_studies(a, _study(tmp_path / "c", copy.deepcopy(base)))
+    assert same.agree and [r.verdict for r in same.regimes] == ["agree", "agree"]
+
+
+def test_a_directory_that_is_not_a_negatives_study_is_one_line(tmp_path: Path) -> None:
+    a = _study(tmp_path / "a", _numbers(_rec(1, 0, 2), _rec(1, 0, 2)))
+    result = runner.invoke(app, ["study", "compare", str(a), str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "has no study.json" in result.output

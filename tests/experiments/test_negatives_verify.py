@@ -1,0 +1,98 @@
+"""The verify stage: its plan from the recommendations, its verdict on planted measurements at
+the target n (within the tolerance of the best, or not, paired over seeds), and the plan
+recorded so that a re-run trains the same runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crl.experiments.negatives.laws import Recommendation
+from crl.experiments.negatives.study import NegativesStudy, arm
+from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.negatives.verify import (
+    VERIFY_FILE,
+    VerifyPlan,
+    plan_verify,
+    verify_result,
+    verify_seeds,
+    verify_text,
+)
+from crl.rundir import write_json
+
+TARGET = 5000
+
+
+def _rec(regime: str, m: float | None, low: float = 0.0, high: float = math.inf,
+         source: str = "law") -> Recommendation:
+    return Recommendation(regime, TARGET, source, m, low, high, TARGET, False, "planted")
+
+
+def test_the_plan_is_half_the_value_twice_and_the_largest_m_with_three_seeds() -> None:
+    plans = plan_verify({"shared": _rec("shared", 600.4, 400, 900),
+                         "independent": _rec("independent", None, 3000, math.inf,
+                                             source="nearest cell"),
+                         "none": _rec("none", None)}, TARGET, TARGET, (0, 1))
+    assert [p.regime for p in plans] == ["shared", "independent"]  # no value: not verified
+    shared, independent = plans
+    assert shared.m_rec == 600 and shared.ms == (300, 600, 1201, TARGET)
+    assert shared.seeds == (0, 1, 2) == verify_seeds((0, 1))
+    assert independent.m_rec == 3000 and independent.ms == (1500, 3000, TARGET)  # 2x capped
+    assert "lower bound" in independent.source
+    assert VerifyPlan.from_dict(shared.to_dict()) == shared
+
+
+def _rows(plan: VerifyPlan, curve: dict[int, float], *, noise: float, seed: int = 0
+          ) -> list[dict[str, object]]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in plan.seeds:
+        level = rng.normal(0, 0.03)  # shared by the seed's runs: the pairing removes it
+        for m in plan.ms:
+            rows.append({"regime": plan.regime, "n": plan.target_n, "m": m, "seed": s,
+                         "arm": "verify", "error": -(curve[m] + level + rng.normal(0, noise))})
+    return rows
+
+
+@pytest.mark.parametrize(("gap", "verdict"), [(0.002, "within"), (0.03, "not within")])
+def test_a_planted_gap_below_or_above_the_tolerance(gap: float, verdict: str) -> None:
+    plan = VerifyPlan("shared", TARGET, 600, (300, 600, 1200, TARGET), (0, 1, 2, 3), "law")
+    curve = {300: 0.40, 600: 0.45 - gap, 1200: 0.45, TARGET: 0.449}
+    rows = _rows(plan, curve, noise=0.001)
+    r = verify_result(plan, rows, "error", False, Tolerance(0.01))  # an error: lower is better
+    assert r is not None and r.verdict == verdict and r.best_m == 1200
+    assert r.difference == pytest.approx(gap, abs=0.003)
+    assert r.interval[0] <= r.difference <= r.interval[1] and r.exact
+    text = verify_text(r, "error", False)
+    assert f"m_rec = {plan.m_rec:,}" in text and verdict in text
+    assert r.to_dict(False)["means"][1] == pytest.approx(-(0.45 - gap), abs=0.01)
+
+
+def test_noise_leaves_the_interval_past_the_tolerance() -> None:
+    plan = VerifyPlan("shared", TARGET, 600, (300, 600, 1200), (0, 1, 2), "law")
+    rows = _rows(plan, {300: 0.40, 600: 0.447, 1200: 0.45}, noise=0.02, seed=3)
+    r = verify_result(plan, rows, "error", False, Tolerance(0.01))
+    assert r is not None and r.interval[1] > r.tolerance_points
+    assert r.verdict != "within"
+    # nothing at m_rec yet: no result
+    assert verify_result(plan, [x for x in rows if x["m"] != 600], "error", False,
+                         Tolerance(0.01)) is None
+
+
+def test_the_recorded_plan_is_trained_and_kept_apart(tmp_path: Path) -> None:
+    study = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
+                           seeds=[0], verify=True, target_n=256)
+    plan = VerifyPlan("shared", 256, 32, (16, 32, 64, 256), (0, 1, 2), "law")
+    write_json(tmp_path / VERIFY_FILE, {"plans": [plan.to_dict()]})
+    study.load_state(tmp_path)
+    specs = [s for s in study.runs() if s.tags.get("arm") == "verify"]
+    assert len(specs) == 12 and {s.tags["n"] for s in specs} == {256}
+    assert {s.config["data"]["num_train"] for s in specs} == {256}
+    assert all(arm(s.tags) == "verify" for s in specs)
+    # planned once: the stage adds nothing when a plan is on disk
+    assert study._plan_verify([], tmp_path) == 0
+    assert not NegativesStudy("smoke", data="synthetic").verify
+    assert NegativesStudy("full", data="synthetic").verify
