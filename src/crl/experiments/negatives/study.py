@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
-from crl.experiments.metrics import METRICS, ir_key, metric_keys, metric_spec, metric_value
+from crl.experiments.metrics import ir_key, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.answer import answer
