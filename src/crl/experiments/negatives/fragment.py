@@ -46,8 +46,9 @@ def fragment_yaml(fragment: dict[str, Any]) -> str:
 def fragment_text(fragment: dict[str, Any]) -> str:
     """The fragment in one sentence of flow-style YAML, with the in-batch batch size."""
     def flow(key: str) -> str:
-        return yaml.safe_dump({key: fragment[key]}, default_flow_style=True, sort_keys=False,
-                              width=1000).strip().strip("{}")
+        text = yaml.safe_dump({key: fragment[key]}, default_flow_style=True, sort_keys=False,
+                              width=1000).strip()
+        return text[1:-1]  # the outer braces of the one-key mapping
     regime = fragment["negatives"]["regime"]
     batch = (f"With in-batch negatives instead (negatives.regime in_batch), the same number of "
              f"negatives per anchor is train.batch_size: {fragment['in_batch_size']:,}."
