@@ -37,8 +37,7 @@ from typing import Any
 import numpy as np
 
 from crl.experiments.negatives.curvefit import Curve, FloatArray, Isotonic, isotonic, saturating
-from crl.experiments.negatives.curves import CurveCell, Reading, SeedReading, choose_curve
-from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
+from crl.experiments.negatives.curves import CurveCell, Reading, choose_curve, seed_spread
 from crl.experiments.negatives.stats import additive_means
 from crl.experiments.negatives.tolerance import Tolerance
 
@@ -142,23 +141,16 @@ def estimate_b_star(n: int, bs: tuple[float, ...], seeds: tuple[int, ...], table
     means = additive_means(table)
     pooled = _reading(table, grid, n, method, tolerance)
     curve = _fit(method, grid[:rising.shape[1]], *_columns(rising))
-    counts, w, exact = seed_resamples(len(seeds), rng, max_exact=max_exact,
-                                      num_draws=num_draws)
-    lo, hi = [], []
-    for row in counts:
-        r = _reading(table[np.repeat(np.arange(len(seeds)), row)], grid, n, method, tolerance)
-        lo.append(r.lower)
-        hi.append(r.upper)
-    lower = min(pooled.lower, weighted_quantile(np.array(lo), w, 0.025))
-    upper = max(pooled.upper, weighted_quantile(np.array(hi), w, 0.975))
-    per_seed = tuple(SeedReading(s, _reading(table[[i]], grid, n, method, tolerance))
-                     for i, s in enumerate(seeds))
+    spread = seed_spread(table, seeds, pooled,
+                         lambda sub: _reading(sub, grid, n, method, tolerance), rng,
+                         max_exact=max_exact, num_draws=num_draws)
     top = float(means[k])
     fitted = tuple(curve.at(b) if j <= k else math.nan for j, b in enumerate(bs))
     return CurveCell(REGIME, n, bs, seeds, tuple(means.tolist()), fitted, method,
                      why + f"; fitted over B <= {bs[k]:g}, the best", test, curve,
-                     tolerance.points(top), pooled.status, pooled.m_star, lower, upper,
-                     _resolution(bs, pooled), exact, len(w), per_seed, _reason(pooled, bs))
+                     tolerance.points(top), pooled.status, pooled.m_star, spread.lower,
+                     spread.upper, _resolution(bs, pooled), spread.exact,
+                     spread.num_resamples, spread.per_seed, _reason(pooled, bs))
 
 
 def batch_table(rows: list[dict[str, Any]], metric: str, higher: bool

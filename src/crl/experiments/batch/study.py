@@ -25,7 +25,7 @@ from crl.experiments.batch.curve import REGIME, b_star
 from crl.experiments.batch.setup import check_batches, setup_section
 from crl.experiments.metrics import METRICS, metric_keys, metric_spec, metric_value
 from crl.experiments.negatives.refine import plan_refinement
-from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.negatives.tolerance import Tolerance, tolerance_option
 from crl.experiments.study import Analysis, RunSpec, Study, StudyOptions
 from crl.rundir import read_json, write_json
 
@@ -58,16 +58,8 @@ class BatchOptions(StudyOptions):
     @field_validator("tolerance", mode="before")
     @classmethod
     def _tolerance(cls, value: Any) -> float | str:
-        """Points stay a float, a percentage its text (``2%``), as ``study.json`` records."""
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
-                             "percentage of the best below 100% (e.g. 2%)")
-        try:
-            parsed = Tolerance.parse(value)
-        except CrlValueError:
-            raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
-                             "percentage of the best below 100% (e.g. 2%)") from None
-        return str(value).strip() if parsed.relative else parsed.value
+        """:func:`~crl.experiments.negatives.tolerance.tolerance_option`."""
+        return tolerance_option(value)
 
     @field_validator("metric")
     @classmethod

@@ -32,6 +32,7 @@ is fitted to the seed-adjusted means ``mu_m`` of ``score[s, m] = mu_m + b_s + no
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,17 @@ class SeedReading:
 
     seed: int
     reading: Reading
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """What the seed resamples of one cell give (:func:`seed_spread`)."""
+
+    lower: float
+    upper: float
+    exact: bool
+    num_resamples: int
+    per_seed: tuple[SeedReading, ...]
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,25 @@ def _reason(reading: Reading, ms: tuple[float, ...]) -> str:
     return ""
 
 
+def seed_spread(table: FloatArray, seeds: tuple[int, ...], pooled: Reading,
+                read: Callable[[FloatArray], Reading], rng: np.random.Generator, *,
+                max_exact: int, num_draws: int) -> SeedSpread:
+    """The interval of the reading over every seed resample of ``table`` ``(S, M)``, and each
+    seed's own reading: ``read`` turns a resampled table ``(S', M)`` into a :class:`Reading`;
+    the interval is the resamples' 2.5% quantile of ``lower`` to their 97.5% quantile of
+    ``upper``, widened to hold the ``pooled`` reading (:mod:`.resample`)."""
+    counts, w, exact = seed_resamples(len(seeds), rng, max_exact=max_exact, num_draws=num_draws)
+    lo, hi = [], []
+    for row in counts:
+        r = read(table[np.repeat(np.arange(len(seeds)), row)])
+        lo.append(r.lower)
+        hi.append(r.upper)
+    lower = min(pooled.lower, weighted_quantile(np.array(lo), w, 0.025))
+    upper = max(pooled.upper, weighted_quantile(np.array(hi), w, 0.975))
+    per_seed = tuple(SeedReading(s, read(table[[k]])) for k, s in enumerate(seeds))
+    return SeedSpread(lower, upper, exact, len(w), per_seed)
+
+
 def estimate_curve_cell(regime: str, n: int, ms: tuple[float, ...], seeds: tuple[int, ...],
                         table: FloatArray, tolerance: Tolerance, *,
                         rng: np.random.Generator, max_exact: int = 2000,
@@ -236,22 +267,15 @@ def estimate_curve_cell(regime: str, n: int, ms: tuple[float, ...], seeds: tuple
     means, weights = _columns(table)
     curve = _fit(method, grid, means, weights)
     pooled = read_m_star(curve, ms, n, tolerance)
-    counts, w, exact = seed_resamples(len(seeds), rng, max_exact=max_exact,
-                                      num_draws=num_draws)
-    lo, hi = [], []
-    for row in counts:
-        r = _reading(table[np.repeat(np.arange(len(seeds)), row)], grid, n, method, tolerance)
-        lo.append(r.lower)
-        hi.append(r.upper)
-    lower = min(pooled.lower, weighted_quantile(np.array(lo), w, 0.025))
-    upper = max(pooled.upper, weighted_quantile(np.array(hi), w, 0.975))
-    per_seed = tuple(SeedReading(s, _reading(table[[k]], grid, n, method, tolerance))
-                     for k, s in enumerate(seeds))
+    spread = seed_spread(table, seeds, pooled,
+                         lambda sub: _reading(sub, grid, n, method, tolerance), rng,
+                         max_exact=max_exact, num_draws=num_draws)
     top = curve.at(ms[-1])
     return CurveCell(regime, n, ms, seeds, tuple(means.tolist()),
                      tuple(curve.at(m) for m in ms), method, why, test, curve,
-                     tolerance.points(top), pooled.status, pooled.m_star, lower, upper,
-                     _resolution(ms, pooled), exact, len(w), per_seed, _reason(pooled, ms))
+                     tolerance.points(top), pooled.status, pooled.m_star, spread.lower,
+                     spread.upper, _resolution(ms, pooled), spread.exact,
+                     spread.num_resamples, spread.per_seed, _reason(pooled, ms))
 
 
 def cell_tables(rows: list[dict[str, Any]], metric: str, higher: bool

@@ -7,9 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from crl.errors import CrlValueError
 from crl.experiments.metrics import METRICS
-from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.negatives.tolerance import tolerance_option
 from crl.experiments.study import StudyOptions
 from crl.models.config import ModelKind
 
@@ -52,16 +51,8 @@ class NegativesOptions(StudyOptions):
     @field_validator("tolerance", mode="before")
     @classmethod
     def _tolerance(cls, value: Any) -> float | str:
-        """A number of points stays a float (as ``study.json`` records it); a percentage stays
-        its text (``2%``)."""
-        try:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise CrlValueError("not a number or a percentage")
-            parsed = Tolerance.parse(value)
-        except CrlValueError:
-            raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
-                             "percentage of the best below 100% (e.g. 2%)") from None
-        return str(value).strip() if parsed.relative else parsed.value
+        """:func:`~crl.experiments.negatives.tolerance.tolerance_option`."""
+        return tolerance_option(value)
 
     @field_validator("metric")
     @classmethod

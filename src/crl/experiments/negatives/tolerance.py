@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from crl.errors import CrlValueError
 
@@ -72,3 +73,26 @@ class Tolerance:
 
     def __str__(self) -> str:
         return f"{100 * self.value:g}% of the best" if self.relative else f"{self.value:g}"
+
+
+def tolerance_option(value: Any) -> float | str:
+    """A study option's ``tolerance`` as ``study.json`` records it: a number of points stays a
+    float, a percentage its text (``2%``); a pydantic ``field_validator`` (mode ``before``)
+    calls it.
+
+    Raises:
+        ValueError: for anything :meth:`Tolerance.parse` refuses, or a value that is not a
+            number or a string.
+
+    Example:
+        >>> tolerance_option(0.01), tolerance_option(" 2% ")
+        (0.01, '2%')
+    """
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise CrlValueError("not a number or a percentage")
+        parsed = Tolerance.parse(value)
+    except CrlValueError:
+        raise ValueError("must be a number of points of the metric >= 0 (e.g. 0.01) or a "
+                         "percentage of the best below 100% (e.g. 2%)") from None
+    return str(value).strip() if parsed.relative else parsed.value
