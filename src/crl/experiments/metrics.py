@@ -136,6 +136,23 @@ def metric_keys(name: str) -> tuple[str, ...]:
     return RECALL_AT_1 if name == "recall@1" else (ir_key(name) or name,)
 
 
+def with_study_metric(row: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A copy of results ``row`` holding study metric ``name`` under its own name when it is
+    derived (``recall@1``) or a short IR name (``ndcg@10``: ``ir/ndcg@10``); NaN when the row
+    lacks what it is read from. Other metrics are already columns: the copy is unchanged.
+
+    Example:
+        >>> with_study_metric({"retrieval/x2y_recall@1": 0.5,
+        ...                    "retrieval/y2x_recall@1": 0.7}, "recall@1")["recall@1"]
+        0.6
+    """
+    out = dict(row)
+    if name == "recall@1" or ir_key(name):
+        value = metric_value(row, name)
+        out[name] = float("nan") if value is None else value
+    return out
+
+
 def metric_value(row: Mapping[str, Any], name: str) -> float | None:
     """The value of metric ``name`` in a run's flat metrics ``row`` (a summary or a results
     row), None when the row lacks it; ``recall@1`` is derived, the mean of the directions'

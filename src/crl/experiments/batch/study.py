@@ -23,7 +23,12 @@ from crl.experiments.batch import grid as grids
 from crl.experiments.batch.analysis import BatchFacts, build_analysis
 from crl.experiments.batch.curve import REGIME, b_star
 from crl.experiments.batch.setup import check_batches, setup_section
-from crl.experiments.metrics import METRICS, metric_keys, metric_spec, metric_value
+from crl.experiments.metrics import (
+    METRICS,
+    metric_keys,
+    metric_spec,
+    with_study_metric,
+)
 from crl.experiments.negatives.refine import plan_refinement
 from crl.experiments.negatives.tolerance import Tolerance, tolerance_option
 from crl.experiments.study import Analysis, RunSpec, Study, StudyOptions
@@ -220,13 +225,7 @@ class BatchStudy(Study):
         return metric_keys(self.metric)
 
     def _with_metric(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if self.metric != "recall@1":
-            return rows
-        out = []
-        for row in rows:
-            value = metric_value(row, "recall@1")  # derived: both directions' mean
-            out.append({**row, "recall@1": float("nan") if value is None else value})
-        return out
+        return [with_study_metric(row, self.metric) for row in rows]
 
     def analyze(self, rows: list[dict[str, Any]], study_dir: Path) -> Analysis:
         rows = self._with_metric(rows)

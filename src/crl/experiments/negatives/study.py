@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
-from crl.experiments.metrics import ir_key, metric_keys, metric_spec, metric_value
+from crl.experiments.metrics import ir_key, metric_keys, metric_spec, with_study_metric
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.answer import answer
@@ -309,10 +309,7 @@ class NegativesStudy(Study):
     def _with_metric(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for row in rows:
-            row = dict(row)
-            if self.metric == "recall@1" or ir_key(self.metric):  # derived, or a short name
-                value = metric_value(row, self.metric)
-                row[self.metric] = float("nan") if value is None else value
+            row = with_study_metric(row, self.metric)
             k = row.get("negatives_per_step")
             if k is None or (isinstance(k, float) and math.isnan(k)):  # written before runs
                 row["negatives_per_step"] = self.grid.negatives_per_step(int(row["n"]),  # had k
