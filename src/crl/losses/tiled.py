@@ -155,8 +155,10 @@ def tile_negatives(where: str, negatives_mask: object, *, h: int, width: int, of
 
 def check_block_size(where: str, block_size: object) -> BlockSize:
     """``block_size`` checked: None, ``"plain"`` or an int >= 1."""
-    if block_size is None or block_size == "plain":
-        return block_size  # type: ignore[return-value]
+    if block_size is None:
+        return None
+    if block_size == "plain":
+        return "plain"
     if isinstance(block_size, str):
         raise CrlTypeError(f"{where}: `block_size` must be None (automatic), 'plain' or an "
                            f"integer >= 1 (the tile side); got {block_size!r}")

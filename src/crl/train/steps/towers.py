@@ -77,9 +77,11 @@ def _forward(modules: list[nn.Module], x: Tensor, cache: dict[tuple[int, int], T
         linears = cast("list[nn.Linear]", modules)
         weight = _stack([m.weight for m in linears], 0, cache)
         if first.bias is None:
-            return vmap(F.linear)(x, weight)  # type: ignore[no-any-return]
+            out: Tensor = vmap(F.linear)(x, weight)
+            return out
         bias = _stack([cast(Tensor, m.bias) for m in linears], 0, cache)
-        return _linear(x, weight, bias)  # type: ignore[no-any-return]
+        stacked: Tensor = _linear(x, weight, bias)
+        return stacked
     if isinstance(first, nn.Flatten):  # one more leading dimension than a run's
         return x.flatten(first.start_dim + 1, first.end_dim if first.end_dim < 0
                          else first.end_dim + 1)
