@@ -1,5 +1,5 @@
 """Grouped training (crl.train.fit_group) equals one fit() per run: the same summaries to 1e-6
-and the same metrics records, GCL state and checkpoints, with shared and independent negative
+and the same metrics records, GCL state and checkpoints (to float32 rounding), with shared and independent negative
 sets, for GCL and InfoNCE, on vector data (MLP towers) and on text (an embedding bag)."""
 
 from __future__ import annotations
@@ -42,6 +42,14 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+def _close(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with their floats to float32 rounding: a stacked (vmap) product may take
+    another kernel than one run's, and which one depends on the CPU (bit for bit on some, a few
+    ulps apart on others)."""
+    return [{k: pytest.approx(v, rel=1e-5, abs=1e-7) if isinstance(v, float) else v
+             for k, v in r.items()} for r in records]
+
+
 def _check_same(configs: list[Any], tmp_path: Path, *, batched: bool = True) -> None:
     alone = [fit(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(configs)]
     grouped = fit_group(configs, [tmp_path / f"group{i}" for i in range(len(configs))],
@@ -56,13 +64,14 @@ def _check_same(configs: list[Any], tmp_path: Path, *, batched: bool = True) -> 
                 assert b == pytest.approx(a, rel=1e-6, abs=1e-6), key
             else:
                 assert a == b, key
-        assert _records(tmp_path / f"alone{i}") == _records(tmp_path / f"group{i}")
+        assert _records(tmp_path / f"group{i}") == _close(_records(tmp_path / f"alone{i}"))
         left = torch.load(tmp_path / f"alone{i}" / CHECKPOINT_FILE, weights_only=True)
         right = torch.load(tmp_path / f"group{i}" / CHECKPOINT_FILE, weights_only=True)
         assert torch.equal(left["rng"]["torch"], right["rng"]["torch"])
         for part in ("model", "objective"):  # weights and GCL's u estimates
             for name, value in left[part].items():
-                assert torch.allclose(value, right[part][name], rtol=1e-6, atol=1e-7,
+                # float32 rounding carried over the steps (a few 1e-6 at most, measured)
+                assert torch.allclose(value, right[part][name], rtol=1e-5, atol=1e-5,
                                       equal_nan=True), (part, name)
     # the runs differ from each other: the negatives changed what they learned
     assert len({round(float(r.summary["train/loss"]), 9) for r in grouped}) > 1
@@ -136,6 +145,6 @@ def test_a_group_stopped_midway_resumes_one_run_at_a_time(tmp_path: Path,
         fit_group(configs, dirs)
     for i, (config, run_dir) in enumerate(zip(configs, dirs, strict=True)):
         resumed = fit(config, run_dir, resume=True, progress=False)
-        assert _records(run_dir) == _records(tmp_path / f"alone{i}")
+        assert _records(run_dir) == _close(_records(tmp_path / f"alone{i}"))
         assert {k: v for k, v in resumed.summary.items() if not k.startswith("time/")} == \
-            {k: v for k, v in alone[i].summary.items() if not k.startswith("time/")}
+            _close([{k: v for k, v in alone[i].summary.items() if not k.startswith("time/")}])[0]
