@@ -1,6 +1,7 @@
 """Grouped training (crl.train.fit_group) equals one fit() per run: the same summaries to 1e-6
-and the same metrics records, GCL state and checkpoints (to float32 rounding), with shared and independent negative
-sets, for GCL and InfoNCE, on vector data (MLP towers) and on text (an embedding bag)."""
+and the same metrics records, GCL state and checkpoints (to float32 rounding), with shared and
+independent negative sets, for GCL and InfoNCE, on vector data (MLP towers) and on text (an
+embedding bag)."""
 
 from __future__ import annotations
 
