@@ -69,7 +69,7 @@ def test_grad_clip_on_a_sparse_model_equals_the_dense_models(max_norm: float) ->
     assert sparse_norm == pytest.approx(dense_norm, rel=1e-6)
     assert sparse_norm == pytest.approx(unclipped, rel=1e-6)  # the norm before clipping
     for a, b in zip(sparse, dense, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)  # float32 sums
     clipped = torch.cat([g.flatten() for g in sparse]).norm()
     # the +1e-6 of clip_grad_norm_'s scale: about 1e-4 of a norm of 0.01
     assert float(clipped) == pytest.approx(min(max_norm, unclipped), rel=1e-3)
