@@ -61,6 +61,24 @@ def test_agree_disagree_and_why(tmp_path: Path) -> None:
     assert "independent: disagree" in cli.output and cli.output.strip().endswith("do not agree")
 
 
+def test_the_verify_stages_answers_are_compared_too(tmp_path: Path) -> None:
+    def verified(measured: int, below: int | None) -> dict[str, Any]:
+        rec = _rec(600, 400, 800)
+        rec["verify"] = {"target_n": 17_908, "m_rec": 600, "verdict": "not within",
+                         "best_m": 4000, "measured_m": measured, "below_m": below}
+        return rec
+
+    a = _study(tmp_path / "a", _numbers(verified(2000, 1400), verified(1400, 1000)))
+    b = _study(tmp_path / "b", _numbers(verified(1700, 1200), verified(2800, 2000)))
+    by = {r.regime: r for r in compare_studies(a, b).regimes}
+    assert by["shared"].measured.endswith(": agree")  # (1,400, 2,000] and (1,200, 1,700]
+    assert by["independent"].measured.endswith(": disagree")  # (1,000, 1,400], (2,000, 2,800]
+    assert "A m = 1,400 (above 1,000), B m = 2,800 (above 2,000)" in by["independent"].measured
+    assert compare_studies(a, a).regimes[0].measured.endswith("agree")
+    unmeasured = _study(tmp_path / "c", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
+    assert all(r.measured == "" for r in compare_studies(a, unmeasured).regimes)
+
+
 def test_different_questions_are_not_compared(tmp_path: Path) -> None:
     base = _numbers(_rec(3000, 2500, 4000), _rec(1500, 1000, 2000))
     a = _study(tmp_path / "a", base)

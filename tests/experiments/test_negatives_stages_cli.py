@@ -48,13 +48,19 @@ def test_epochs_control_and_an_interrupted_verify_stage(
     with pytest.raises(CrlValueError, match=r"3 of \d+ runs failed"):
         run_and_report("negatives", out=tmp_path, **OPTIONS)
     study_dir = tmp_path / "negatives"
-    recorded = (study_dir / VERIFY_FILE).read_text()
+    recorded = json.loads((study_dir / VERIFY_FILE).read_text())
     monkeypatch.setattr(NegativesStudy, "execute", real)
     _, analysis = run_and_report("negatives", out=tmp_path, **OPTIONS)  # the same call
-    assert calls == [256] and (study_dir / VERIFY_FILE).read_text() == recorded  # not replanned
+    saved_plan = json.loads((study_dir / VERIFY_FILE).read_text())
+    assert calls == [256] and not recorded["second_round_planned"]  # not replanned:
+    assert [p["ms"] for p in saved_plan["plans"]] == [p["ms"] for p in recorded["plans"]]
+    assert saved_plan["second_round_planned"]  # the second round followed the first, once
+    [measured] = saved_plan["plans"]
+    extra = measured["second_round"]
+    assert extra == [] or (16 < min(extra) and max(extra) < 256)
     rows = read_results(study_dir / "results.csv")
     verify = [r for r in rows if r.get("arm") == "verify"]
-    assert len(verify) == 9 and {int(r["n"]) for r in verify} == {256}
+    assert len(verify) == 3 * (3 + len(extra)) and {int(r["n"]) for r in verify} == {256}
     for r in rows:  # every n trains one epoch, whatever the batch
         assert float(r["epoch"]) == pytest.approx(1.0)
     control = [r for r in rows if r.get("arm") == "control"]
@@ -69,9 +75,11 @@ def test_epochs_control_and_an_interrupted_verify_stage(
         assert rec["budget"]["training"] == "1 epoch at every n"
     assert "trained for 1 epoch at every n" in analysis.headline
     [measured] = numbers["verify"]
-    assert measured["m_rec"] == 32 and measured["measured_ms"] == [16, 32, 256]
+    assert measured["m_rec"] == 32 and measured["measured_ms"] == sorted({16, 32, 256, *extra})
     assert measured["verdict"] in ("within", "not within",
                                    "within (the interval reaches past the tolerance)")
+    assert extra == [] or measured["verdict"] == "not within"
+    assert measured["measured_m"] in measured["measured_ms"]
     assert numbers["recommendations"]["shared"]["verify"] == measured
     assert f"Verified at n = 256 (shared): m = 32 is {measured['verdict']}" in analysis.headline
     [controls] = [s for s in analysis.sections if s.title.startswith("Control arm")]

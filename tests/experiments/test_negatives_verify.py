@@ -16,6 +16,7 @@ from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
+    plan_second_round,
     plan_verify,
     verify_result,
     verify_seeds,
@@ -96,3 +97,59 @@ def test_the_recorded_plan_is_trained_and_kept_apart(tmp_path: Path) -> None:
     assert study._plan_verify([], tmp_path) == 0
     assert not NegativesStudy("smoke", data="synthetic").verify
     assert NegativesStudy("full", data="synthetic").verify
+
+
+def test_a_second_round_brackets_the_answer_at_the_target_n(tmp_path: Path) -> None:
+    # Planted: the metric saturates at m = 2,000 (0.45 from there on); m_rec = 600 is 0.03
+    # below it, so the first round finds it not within, and the answer lies in (1,200, 5,000].
+    def curve(m: int) -> float:
+        return 0.45 - 0.03 * max(0.0, math.log(2000 / m)) / math.log(2000 / 600)
+
+    plan = VerifyPlan("shared", TARGET, 600, (300, 600, 1200, TARGET), (0, 1, 2), "law")
+    first = verify_result(plan, _rows(plan, {m: curve(m) for m in plan.ms}, noise=0.0005),
+                          "error", False, Tolerance(0.01))
+    assert first is not None and first.verdict == "not within"
+    assert (first.below_m, first.measured_m) == (1200, TARGET)
+    second = plan_second_round(first)
+    assert second.ms == plan.ms and second.second_round == (1931, 3107)  # even in log m
+    assert second.all_ms == (300, 600, 1200, 1931, 3107, TARGET)
+    assert VerifyPlan.from_dict(second.to_dict()) == second
+    assert plan_second_round(first) == second and plan_second_round(
+        verify_result(second, _rows(second, {m: curve(m) for m in second.all_ms}, noise=0.0005),
+                      "error", False, Tolerance(0.01)) or first) == second  # one round only
+    # without the second round's runs there is no result yet; with them, the bracket narrows
+    full = VerifyPlan(**{**second.__dict__, "ms": second.all_ms})
+    rows = _rows(full, {m: curve(m) for m in full.ms}, noise=0.0005)
+    assert verify_result(second, [r for r in rows if r["m"] != 1931], "error", False,
+                         Tolerance(0.01)) is None
+    done = verify_result(second, rows, "error", False, Tolerance(0.01))
+    assert done is not None and done.verdict == "not within"  # still m_rec's verdict
+    assert (done.below_m, done.measured_m) == (1200, 1931)  # 1,931: 0.001 below the top
+    assert "the smallest m within the tolerance of the best is 1,931" in verify_text(
+        done, "error", False)
+    # a within verdict plans nothing more
+    easy = verify_result(plan, _rows(plan, {300: 0.40, 600: 0.449, 1200: 0.45, TARGET: 0.45},
+                                     noise=0.0005), "error", False, Tolerance(0.01))
+    assert easy is not None and plan_second_round(easy) == plan and easy.measured_m == 600
+
+
+def test_the_study_plans_the_second_round_once(tmp_path: Path) -> None:
+    study = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
+                           seeds=[0], verify=True, target_n=256)
+    plan = VerifyPlan("shared", 256, 16, (8, 16, 32, 256), (0, 1, 2), "law")
+    write_json(tmp_path / VERIFY_FILE, {"plans": [plan.to_dict()]})
+    study.load_state(tmp_path)
+    curve = {8: 0.30, 16: 0.32, 32: 0.405, 256: 0.41}  # 16 not within; the answer in (16, 32]
+    rows = [{**r, "recall@1": -float(r.pop("error"))}  # type: ignore[arg-type]
+            for r in _rows(plan, curve, noise=0.0005)]
+    rows = [{**r, "retrieval/x2y_recall@1": r["recall@1"], "retrieval/y2x_recall@1":
+             r["recall@1"], "run_id": f"r{i}"} for i, r in enumerate(rows)]
+    before = len(study.runs())
+    added = study._plan_second_round(rows, tmp_path)
+    assert added == 6 and len(study.runs()) == before + 6  # m = 20 and 25, three seeds
+    assert study.verify_plans[0].second_round == (20, 25)
+    assert study._plan_second_round(rows, tmp_path) == 0  # once
+    again = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
+                           seeds=[0], verify=True, target_n=256)
+    again.load_state(tmp_path)  # a resumed study reads the second round back
+    assert again.second_round_planned and again.verify_plans == study.verify_plans

@@ -5,8 +5,10 @@ The answer of a study holds for its question: the data, the metric, the toleranc
 and the training (samples per run or epochs at every n, at a batch size). Two studies answer the
 same question only when all of these match; then, per regime, they *agree* when each
 recommendation lies within the other's 95% interval, and otherwise the comparison says why they
-may differ (where each recommendation comes from, and what the verify stage measured). Reads
-``analysis.json`` and ``study.json`` only.
+may differ (where each recommendation comes from, and what the verify stage measured). Where
+both verify stages measured the answer at the target n, those measurements are compared too:
+they agree when their brackets ``(below_m, measured_m]`` overlap. Reads ``analysis.json`` and
+``study.json`` only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class RegimeComparison:
     b: tuple[float | None, float, float]
     verdict: str
     why: str = ""
+    measured: str = ""
 
 
 @dataclass
@@ -59,7 +62,8 @@ class Comparison:
         for r in self.regimes:
             line = (f"{r.regime}: {r.verdict}: A m = {_m(r.a[0])} [{_m(r.a[1])}, {_m(r.a[2])}], "
                     f"B m = {_m(r.b[0])} [{_m(r.b[1])}, {_m(r.b[2])}]")
-            out.append(line + (f" ({r.why})" if r.why else ""))
+            out.append(line + (f" ({r.why})" if r.why else "")
+                       + (f"; {r.measured}" if r.measured else ""))
         return out
 
 
@@ -120,6 +124,29 @@ def _why(ra: dict[str, Any], rb: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _bracket(verify: dict[str, Any]) -> tuple[float, float]:
+    below = verify.get("below_m")
+    return (0.0 if below is None else float(below)), float(verify["measured_m"])
+
+
+def measured_agreement(ra: dict[str, Any], rb: dict[str, Any]) -> str:
+    """The two verify stages' answers at the target n side by side ("" unless both measured
+    one): they agree when their brackets ``(below_m, measured_m]`` overlap.
+
+    Example:
+        >>> v = {"measured_m": 2000, "below_m": 1400}
+        >>> measured_agreement({"verify": v}, {"verify": {"measured_m": 1400, "below_m": 1000}})
+        'measured at the target n: A m = 2,000 (above 1,400), B m = 1,400 (above 1,000): disagree'
+    """
+    va, vb = ra.get("verify"), rb.get("verify")
+    if not va or not vb or "measured_m" not in va or "measured_m" not in vb:
+        return ""
+    (la, ha), (lb, hb) = _bracket(va), _bracket(vb)
+    verdict = "agree" if la < hb and lb < ha else "disagree"
+    return (f"measured at the target n: A m = {ha:,.0f} (above {la:,.0f}), B m = {hb:,.0f} "
+            f"(above {lb:,.0f}): {verdict}")
+
+
 def _triple(rec: dict[str, Any]) -> tuple[float | None, float, float]:
     low = rec["low"] if rec["low"] is not None else 0.0
     high = rec["high"] if rec["high"] is not None else math.inf
@@ -150,5 +177,6 @@ def compare_studies(a: str | Path, b: str | Path) -> Comparison:
             verdict, why = "agree", "each within the other's interval"
         else:
             verdict, why = "disagree", _why(ra, rb)
-        result.regimes.append(RegimeComparison(regime, ta, tb, verdict, why))
+        result.regimes.append(RegimeComparison(regime, ta, tb, verdict, why,
+                                               measured_agreement(ra, rb)))
     return result

@@ -40,6 +40,7 @@ from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
     VerifyResult,
+    plan_second_round,
     plan_verify,
     verify_result,
 )
@@ -153,6 +154,7 @@ class NegativesStudy(Study):
         self.target_n = target_n
         self.added: list[dict[str, Any]] = []
         self.verify_plans: list[VerifyPlan] = []
+        self.second_round_planned = False
 
     @property
     def control_batch(self) -> int:
@@ -184,7 +186,7 @@ class NegativesStudy(Study):
                                                 regime, seed, arm="control",
                                                 batch_size=self.control_batch))
         for plan in self.verify_plans:
-            for m in plan.ms:
+            for m in plan.all_ms:
                 for seed in plan.seeds:
                     specs.append(self._spec(plan.target_n, m, m / plan.target_n, plan.regime,
                                             seed, arm="verify"))
@@ -255,8 +257,9 @@ class NegativesStudy(Study):
         path = study_dir / REFINEMENT_FILE
         self.added = list(read_json(path).get("added", [])) if path.exists() else []
         path = study_dir / VERIFY_FILE
-        self.verify_plans = ([VerifyPlan.from_dict(p) for p in read_json(path)["plans"]]
-                             if path.exists() else [])
+        saved = read_json(path) if path.exists() else {}
+        self.verify_plans = [VerifyPlan.from_dict(p) for p in saved.get("plans", [])]
+        self.second_round_planned = bool(saved.get("second_round_planned", False))
 
     def _target(self, study_dir: Path) -> int:
         data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
@@ -264,9 +267,12 @@ class NegativesStudy(Study):
 
     def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         """Plan the next stage from ``rows``: a refinement stage while one adds runs, then the
-        verify stage once; returns the number of new runs (0: no stage left)."""
-        main = [r for r in self._with_metric(rows) if arm(r) == "main"]
-        return self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
+        verify stage once and, where it finds ``m_rec`` not within the tolerance, its second
+        round once; returns the number of new runs (0: no stage left)."""
+        rows = self._with_metric(rows)
+        main = [r for r in rows if arm(r) == "main"]
+        return (self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
+                or self._plan_second_round(rows, study_dir))
 
     def _plan_verify(self, main: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify or self.verify_plans:
@@ -277,8 +283,23 @@ class NegativesStudy(Study):
         known = {s.run_id for s in self.runs()}
         self.verify_plans = plan_verify(result.recommendations, target, largest,
                                         self.grid.seeds)
-        write_json(study_dir / VERIFY_FILE, {"plans": [p.to_dict() for p in self.verify_plans]})
+        self._write_verify(study_dir)
         return len({s.run_id for s in self.runs()} - known)
+
+    def _plan_second_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        if not self.verify_plans or self.second_round_planned:
+            return 0
+        known = {s.run_id for s in self.runs()}
+        results = {v.plan: v for v in self.verify_results(rows)}
+        self.verify_plans = [plan_second_round(results[p]) if p in results else p
+                             for p in self.verify_plans]
+        self.second_round_planned = True
+        self._write_verify(study_dir)
+        return len({s.run_id for s in self.runs()} - known)
+
+    def _write_verify(self, study_dir: Path) -> None:
+        write_json(study_dir / VERIFY_FILE, {"plans": [p.to_dict() for p in self.verify_plans],
+                                             "second_round_planned": self.second_round_planned})
 
     def _refine_stage(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         used = len(self.added)

@@ -200,7 +200,9 @@ def headline(result: Answer, spec: MetricSpec, budget: Budget,
         return "No finished runs to analyse."
     verified = "".join(f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): m = "
                        f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured "
-                       f"there (m = {v.best_m:,})." for v in verify)
+                       f"there (m = {v.best_m:,})"
+                       + ("." if v.measured_m == v.plan.m_rec else
+                          f"; measured there, use m = {v.measured_m:,}.") for v in verify)
     if all(c.status == "below" for c in result.cells):
         return ("On this data and budget the number of negatives made no measurable "
                 f"difference: in every (regime, n) the curve at the smallest swept m is within "

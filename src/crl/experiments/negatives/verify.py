@@ -12,6 +12,13 @@ conservative, a small "not within" may be selection.
 - ``within``: the mean difference and the interval's upper end are within the tolerance;
 - ``within (the interval reaches past the tolerance)``: the mean only;
 - ``not within``: the mean difference exceeds the tolerance.
+
+Where ``m_rec`` is not within, the extrapolation missed at the user's n, and the study measures
+there instead: one more round (:func:`plan_second_round`) adds :data:`SECOND_ROUND_POINTS` m,
+evenly spaced in log m, between the largest measured m that is not within the tolerance of the
+best and the smallest that is, on the same seeds. The answer at the target n is then
+:attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of
+the best there, with the step below it that the measurements cannot resolve.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
 
 MIN_SEEDS = 3
+SECOND_ROUND_POINTS = 2
 VERIFY_FILE = "verify.json"
 
 
@@ -41,18 +49,26 @@ class VerifyPlan:
     ms: tuple[int, ...]
     seeds: tuple[int, ...]
     source: str
+    second_round: tuple[int, ...] = ()
+
+    @property
+    def all_ms(self) -> tuple[int, ...]:
+        """Every m trained at the target n: the first round's and the second's."""
+        return tuple(sorted(set(self.ms) | set(self.second_round)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``verify.json``)."""
         return {"regime": self.regime, "target_n": self.target_n, "m_rec": self.m_rec,
-                "ms": list(self.ms), "seeds": list(self.seeds), "source": self.source}
+                "ms": list(self.ms), "seeds": list(self.seeds), "source": self.source,
+                "second_round": list(self.second_round)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerifyPlan:
-        """The plan ``verify.json`` recorded."""
+        """The plan ``verify.json`` recorded (files written before the second round have
+        none)."""
         return cls(str(d["regime"]), int(d["target_n"]), int(d["m_rec"]),
                    tuple(int(m) for m in d["ms"]), tuple(int(s) for s in d["seeds"]),
-                   str(d["source"]))
+                   str(d["source"]), tuple(int(m) for m in d.get("second_round", ())))
 
 
 def verify_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
@@ -110,6 +126,8 @@ class VerifyResult:
     exact: bool
     num_resamples: int
     verdict: str
+    measured_m: int
+    below_m: int | None
 
     def to_dict(self, higher: bool = True) -> dict[str, Any]:
         """JSON-ready; ``means`` in the metric's own direction."""
@@ -119,7 +137,8 @@ class VerifyResult:
                 "difference": self.difference, "interval": list(self.interval),
                 "tolerance_points": self.tolerance_points, "seeds": list(self.seeds),
                 "exact": self.exact, "num_resamples": self.num_resamples,
-                "verdict": self.verdict}
+                "verdict": self.verdict, "measured_m": self.measured_m,
+                "below_m": self.below_m}
 
 
 def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, higher: bool,
@@ -131,7 +150,7 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
         return None
     ms_f, seeds_f, table = found
     ms = [int(m) for m in ms_f]
-    if plan.m_rec not in ms or len(ms) < 2:
+    if plan.m_rec not in ms or len(ms) < 2 or any(m not in ms for m in plan.second_round):
         return None
     keep = [k for k in range(len(seeds_f)) if np.isfinite(table[k]).all()]  # paired seeds
     if not keep:
@@ -151,8 +170,35 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
     point = float(diff.mean())
     verdict = ("not within" if point > tol else "within" if interval[1] <= tol
                else "within (the interval reaches past the tolerance)")
+    within = [k for k in range(len(ms)) if means[best] - means[k] <= tol]  # best's included
+    first = min(within)
     return VerifyResult(plan, tuple(ms), tuple(float(v) for v in means), ms[best], point,
-                        interval, tol, seeds, exact, len(weights), verdict)
+                        interval, tol, seeds, exact, len(weights), verdict, ms[first],
+                        ms[first - 1] if first > 0 else None)
+
+
+def plan_second_round(result: VerifyResult) -> VerifyPlan:
+    """The plan with a second round where ``m_rec`` is not within the tolerance:
+    :data:`SECOND_ROUND_POINTS` m evenly spaced in log m inside ``(below_m, measured_m)``,
+    the bracket of the answer at the target n (none where the bracket has no integer inside,
+    or ``m_rec`` is within).
+
+    Example:
+        >>> plan = VerifyPlan("shared", 4000, 500, (250, 500, 1000, 4000), (0, 1, 2), "law")
+        >>> r = VerifyResult(plan, plan.ms, (0.5, 0.52, 0.6, 0.605), 4000, 0.085,
+        ...                  (0.07, 0.1), 0.00605, (0, 1, 2), True, 10, "not within", 1000, 500)
+        >>> plan_second_round(r).second_round
+        (630, 794)
+    """
+    plan = result.plan
+    if result.verdict != "not within" or result.below_m is None or plan.second_round:
+        return plan
+    lo, hi = math.log(result.below_m), math.log(result.measured_m)
+    step = (hi - lo) / (SECOND_ROUND_POINTS + 1)
+    points = {round(math.exp(lo + k * step)) for k in range(1, SECOND_ROUND_POINTS + 1)}
+    new = tuple(sorted(m for m in points if result.below_m < m < result.measured_m))
+    return VerifyPlan(plan.regime, plan.target_n, plan.m_rec, plan.ms, plan.seeds,
+                      plan.source, new)
 
 
 def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
@@ -163,4 +209,15 @@ def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
             f"{metric} {scores}. The best is m = {r.best_m:,}; m_rec = {r.plan.m_rec:,} is "
             f"{r.difference:.3f} below it, paired over seeds [{r.interval[0]:.3f}, "
             f"{r.interval[1]:.3f}] ({r.num_resamples} {'exact' if r.exact else 'random'} seed "
-            f"resamples), against the tolerance {r.tolerance_points:.3g}: {r.verdict}.")
+            f"resamples), against the tolerance {r.tolerance_points:.3g}: {r.verdict}. "
+            + measured_text(r))
+
+
+def measured_text(r: VerifyResult) -> str:
+    """The answer at the target n, from the verify runs alone."""
+    where = ("" if r.below_m is None else
+             f", the step from m = {r.below_m:,} (not within) unresolved")
+    rounds = (f" after a second round at m = {', '.join(f'{m:,}' for m in r.plan.second_round)}"
+              if r.plan.second_round else "")
+    return (f"Measured at the target n{rounds}: the smallest m within the tolerance of the best "
+            f"is {r.measured_m:,}{where}.")
