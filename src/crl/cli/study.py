@@ -35,11 +35,14 @@ _FORCE = typer.Option(False, "--force", help="Run even though the study director
 
 
 def _finish(study_dir: Path, analysis: Analysis, *, headline: bool = True) -> None:
-    """The headline, a warning on stderr for finished runs that cannot be read, the report."""
+    """The headline and the study's closing lines, a warning on stderr for finished runs that
+    cannot be read, the report."""
     from crl.experiments.report import REPORT_FILE, unreadable_text
 
     if headline:
         print(analysis.headline)
+        if analysis.closing:
+            print(analysis.closing)
     if analysis.unreadable:
         print(f"warning: {unreadable_text(analysis.unreadable)}", file=sys.stderr)
     print(f"report: {study_dir / REPORT_FILE}")

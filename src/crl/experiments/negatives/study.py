@@ -26,6 +26,7 @@ from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.answer import answer
 from crl.experiments.negatives.control import ControlResult, control_batch, control_result
 from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.memory import embedding_dim
 from crl.experiments.negatives.options import CONTROL_PRESETS, VERIFY_PRESETS, NegativesOptions
 from crl.experiments.negatives.refine import plan_refinement
 from crl.experiments.negatives.setup import (
@@ -360,12 +361,15 @@ class NegativesStudy(Study):
                                 f"available: {sorted({k for r in rows for k in r})}")
         data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
         distinct = len({r["run_id"] for r in rows})
+        config = self.runs()[0].config
+        kind = str(data.get("model_kind") or config["model"].get("kind"))
         facts = StudyFacts(setup_section(self, data, distinct), self.grid,
                            self._target(study_dir), test_size=data.get("test_size"),
                            baseline=data.get("baseline"), baseline_label=baseline_label(data),
                            added=self.added, control=self.control_results(rows),
                            verify=self.verify_results(rows),
                            verify_note=self._verify_note(study_dir),
-                           control_note=self._control_note())
+                           control_note=self._control_note(), run_config=config,
+                           embed_dim=embedding_dim(config["model"], kind))
         return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
                               tolerance=self.tolerance, preset=self.preset, facts=facts)
