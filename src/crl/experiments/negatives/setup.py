@@ -40,17 +40,27 @@ def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@
         raise CrlValueError(f"study negatives: {exc}") from None
     kind = resolve_kind(cfg.model, splits.info)
     train = len(splits.train)
-    too_big = [n for n in ns if n > train]
-    if too_big:
-        raise CrlValueError(f"study negatives: n = {too_big} exceed the {train:,} training pairs "
-                            f"of {splits.info.name!r}; choose --ns of at most {train}")
     facts: dict[str, Any] = {"data": splits.info.name, "data_kind": splits.info.kind,
                              "model_kind": kind, "train_size": train,
                              "test_size": len(splits.test), "baseline": None}
+    check_ns(ns, facts)
     if kind in PRETRAINED:
         facts["baseline"] = _untrained_metric(cfg, metric)
         facts["baseline_label"] = PRETRAINED[kind]
     return facts
+
+
+def check_ns(ns: Sequence[int], facts: dict[str, Any]) -> None:
+    """Every n fits in the training split of the data ``facts`` describe (:func:`check_data`).
+
+    Raises:
+        CrlValueError: naming the n that do not, and the split's size.
+    """
+    train = facts["train_size"]
+    too_big = [n for n in ns if n > train]
+    if too_big:
+        raise CrlValueError(f"study negatives: n = {too_big} exceed the {train:,} training pairs "
+                            f"of {facts['data']!r}; choose --ns of at most {train}")
 
 
 def _untrained_metric(cfg: Any, metric: str) -> float | None:
@@ -93,6 +103,11 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
     sizes = (f" The training split holds {data['train_size']:,} pairs; every run is evaluated "
              f"on the same {data['test_size']:,} held-out test pairs."
              if data.get("train_size") else "")
+    if study.target_n is not None:
+        sizes += f" The answer is for the n given, --target-n {study.target_n:,}."
+    elif data.get("target_source"):
+        sizes += (f" The answer is for n = {data['user_train_size']:,}, {data['target_source']} "
+                  "(--target-n sets another).")
     loss = first["loss"]
     paragraphs = [
         f"Sweep of {source}: data set {data.get('data', first['data']['name'])!r} "
