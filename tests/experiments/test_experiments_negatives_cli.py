@@ -54,6 +54,8 @@ def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
     assert "--preset smoke" in page and "--config synthetic-gaussian" in page
     assert "--ns 64,128" in page
     assert "Distinct runs finished: 12 of 12" in page
+    assert "<title>crl study negatives (custom grid, from the smoke preset)</title>" in page
+    assert "The grid is custom: --ns, --fractions, --seeds" in page
 
 
 def _text_pairs(path: Path, count: int = 300) -> Path:

@@ -151,6 +151,24 @@ def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
     return replace(grid, **changes)
 
 
+#: The study option that sets each field of a :class:`Grid`.
+GRID_FLAGS = {"ns": "--ns", "fractions": "--fractions", "seeds": "--seeds",
+              "budget": "--budget (--target-samples)", "batch_size": "--batch-size",
+              "refine_runs": "--refine-runs", "target_epochs": "--target-epochs"}
+
+
+def grid_changes(preset: Grid, grid: Grid) -> list[str]:
+    """The fields of ``grid`` that differ from the ``preset`` grid it was made from (a custom
+    grid when any do).
+
+    Example:
+        >>> quick = GRIDS["pycode"]["quick"]
+        >>> grid_changes(quick, override_grid(quick, seeds=[0, 1, 2, 3], batch_size=64))
+        ['batch_size']
+    """
+    return [name for name in GRID_FLAGS if getattr(grid, name) != getattr(preset, name)]
+
+
 def data_section(data: str) -> tuple[str, dict[str, Any]]:
     """The data set's kind and ``data`` config for ``--data NAME|FILE``."""
     if data in DATA_NAMES:

@@ -164,6 +164,14 @@ class NegativesStudy(Study):
             raise CrlValueError(f"study negatives: `--control-n` must be one of the swept n "
                                 f"{list(ns)}; got {self.control_n}")
 
+    def title(self) -> str:
+        """``crl study negatives (quick)``; a custom grid or a span fitted to the file says so."""
+        if grids.grid_changes(grids.GRIDS[self.kind][self.preset], self.preset_grid):
+            return f"crl study negatives (custom grid, from the {self.preset} preset)"
+        if self.grid.ns != self.preset_grid.ns:
+            return f"crl study negatives ({self.preset}, n scaled to the file)"
+        return super().title()
+
     @property
     def control_batch(self) -> int:
         """The control arm's batch size (:func:`~.control.control_batch`)."""
