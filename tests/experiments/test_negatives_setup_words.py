@@ -73,3 +73,12 @@ def test_a_custom_grid_is_titled_and_described_as_such(tmp_path: Path, options: 
     study = NegativesStudy("quick", data="synthetic", **options)
     assert study.title() == title
     assert words in _words(study, {**DATA, "model_kind": "mlp"})
+
+
+def test_the_refinement_says_whether_it_was_off_or_found_nothing_within_its_budget() -> None:
+    from crl.experiments.negatives.analysis import _refinement_section
+
+    off = " ".join(_refinement_section([], 0).paragraphs)
+    assert "was off: its run budget is 0" in off and "no cell needed them" not in off
+    idle = " ".join(_refinement_section([], 96).paragraphs)
+    assert "added no runs within its budget of 96" in idle

@@ -66,3 +66,36 @@ def test_the_span_is_scaled_to_a_small_file_and_said() -> None:
     assert f"need {max(quick):,} training pairs" in words and "holds 1,200" in words
     with pytest.raises(CrlValueError, match="too few for a span of n"):
         fit_span((250, 2000), 2)
+
+
+def test_a_users_file_gets_the_pycode_presets_rigour(tmp_path: Path) -> None:
+    data = _pairs(tmp_path / "pairs.jsonl", 100)
+    for preset in ("quick", "full"):
+        grid = NegativesStudy(preset, data=str(data)).grid
+        assert grid == GRIDS["pycode"][preset]  # n span, fractions, seeds, budget, refinement
+
+
+def test_a_file_smaller_than_the_span_gets_it_scaled_and_the_report_says_so(
+        tmp_path: Path) -> None:
+    from crl.experiments.negatives.setup import setup_section
+
+    data = _pairs(tmp_path / "pairs.jsonl", 1000)  # 800 training pairs for the study's runs
+    study = NegativesStudy("quick", data=str(data))
+    study.check(tmp_path / "s")
+    facts = json.loads((tmp_path / "s" / "data.json").read_text())
+    quick = GRIDS["pycode"]["quick"]
+    assert facts["train_size"] == 800 and facts["preset_ns"] == list(quick.ns)
+    assert tuple(facts["fitted_ns"]) == fit_span(quick.ns, 800) == study.grid.ns
+    assert max(study.grid.ns) == 800 and study.control_n == 800
+    assert study.grid.seeds == quick.seeds and study.grid.refine_runs == quick.refine_runs
+    again = NegativesStudy("quick", data=str(data))  # crl report: the same runs from the files
+    again.load_state(tmp_path / "s")
+    assert [s.run_id for s in again.runs()] == [s.run_id for s in study.runs()]
+    assert again.title() == "crl study negatives (quick, n scaled to the file)"
+    words = " ".join(setup_section(again, facts, 1).paragraphs)
+    assert ("The quick preset's n (250, 500, 1,000, 2,000) need 2,000 training pairs; this "
+            "file's training split holds 800, so n is scaled to 100, 200, 400, 800") in words
+    given = NegativesStudy("quick", data=str(data), ns=[100, 200])  # --ns: never scaled
+    given.check(tmp_path / "g")
+    assert given.grid.ns == (100, 200)
+    assert "fitted_ns" not in json.loads((tmp_path / "g" / "data.json").read_text())

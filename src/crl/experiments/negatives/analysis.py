@@ -146,10 +146,16 @@ def distinct_added(added: list[dict[str, Any]]) -> int:
                 for a in added})
 
 
-def _refinement_section(added: list[dict[str, Any]]) -> Section:
+def _refinement_section(added: list[dict[str, Any]], budget: int) -> Section:
+    if not added and budget == 0:
+        return Section("Refinement", [
+            "The refinement stage was off: its run budget is 0 (the preset's, or --refine-runs "
+            "0); --refine-runs N adds up to N runs where the m* intervals are widest."])
     if not added:
-        return Section("Refinement", ["The refinement stage added no runs (no cell needed "
-                                      "them, or its run budget was 0)."])
+        return Section("Refinement", [
+            f"The refinement stage added no runs within its budget of {budget:,}: no cell's "
+            "interval held a new whole m, or each cell's runs (new m in its interval, times "
+            "every seed) exceeded the budget left."])
     groups: dict[tuple[Any, ...], list[int]] = {}
     for a in added:
         groups.setdefault((a["stage"], a["regime"], a["n"], a["m"], a["reason"]), []) \
@@ -254,7 +260,7 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
             f"The same analysis at half ({answers[0].tolerance}) and twice "
             f"({answers[-1].tolerance}) the chosen tolerance."],
             tables=[tables.sensitivity_table(answers)]),
-        _refinement_section(facts.added),
+        _refinement_section(facts.added, grid.refine_runs),
         Section("Cross-check: the power-law fits", [
             "Per cell, err(m) = E_inf + A m^-beta; m* is the smallest m within the tolerance of "
             "the fitted asymptote. A fit whose m* lies outside the swept range, or whose "
@@ -281,7 +287,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "sensitivity": _sensitivity(answers), "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
-               "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
+               "refinement": facts.added, "refinement_runs": distinct_added(facts.added),
+               "refinement_budget": grid.refine_runs}
     for regime, rec in numbers["recommendations"].items():  # each restates its training
         rec["budget"] = numbers["budget"]
         found = [v for v in numbers["verify"] if v["regime"] == regime]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from crl.errors import CrlValueError
 from crl.experiments.metrics import metric_value
-from crl.experiments.negatives.grid import GRID_FLAGS, GRIDS, Grid, grid_changes
+from crl.experiments.negatives.grid import DATA_WORDS, GRID_FLAGS, GRIDS, Grid, grid_changes
 from crl.experiments.negatives.setup_model import model_text
 from crl.experiments.negatives.userdata import span_text
 from crl.experiments.study import Section, Table
@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from crl.experiments.negatives.study import NegativesStudy
 
 DATA_FILE = "data.json"
-#: The data kinds of :data:`~.grid.GRIDS`, in words.
-DATA_WORDS = {"files": "a user's file", "pycode": "pycode", "digits": "digits",
-              "synthetic": "the synthetic pairs"}
 #: The baseline's words when ``data.json`` names none (studies written before it did).
 UNTRAINED = "the untrained model"
 #: Model kinds over a pretrained backbone, and what their model before training is: the
@@ -112,7 +109,9 @@ def grid_text(study: NegativesStudy, data: dict[str, Any]) -> str:
                 + ".")
     else:
         text = (f"The grid is the {preset} preset's for {DATA_WORDS.get(study.kind, study.kind)}"
-                f": {default.refine_runs:,} refinement runs at most.")
+                + (" (the pycode preset's: the same n, m/n, seeds, budget and refinement)"
+                   if study.kind == "files" and default == GRIDS["pycode"][preset] else "")
+                + f", with {default.refine_runs:,} refinement runs at most.")
     if data.get("fitted_ns"):
         text += " " + span_text(preset, data["preset_ns"], data["fitted_ns"],
                                 data["train_size"])
