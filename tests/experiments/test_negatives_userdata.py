@@ -99,3 +99,12 @@ def test_a_file_smaller_than_the_span_gets_it_scaled_and_the_report_says_so(
     given.check(tmp_path / "g")
     assert given.grid.ns == (100, 200)
     assert "fitted_ns" not in json.loads((tmp_path / "g" / "data.json").read_text())
+
+
+def test_data_and_config_together_are_refused_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"data": {"name": "synthetic"}, "loss": {"name": "gcl"}}))
+    with pytest.raises(CrlValueError) as caught:  # the config's data would win, silently
+        NegativesStudy("smoke", config=str(config), data=str(_pairs(tmp_path / "p.jsonl", 10)))
+    assert "give `--data` or `--config`, not both" in str(caught.value)
+    assert "\n" not in str(caught.value)

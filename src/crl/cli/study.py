@@ -53,7 +53,8 @@ def _finish(study_dir: Path, analysis: Analysis, *, headline: bool = True) -> No
 @executor_options
 def negatives(
     preset: str = _PRESET,
-    data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE."),
+    data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE "
+                             "(not with --config: the config names its data)."),
     model: str | None = typer.Option(None, "--model", help="Model kind (default per data)."),
     metric: str | None = typer.Option(
         None, "--metric", help="Summary metric to fit (default: recall@1; digits: probe/knn_acc)."),

@@ -110,6 +110,10 @@ class NegativesStudy(Study):
             if model is not None:
                 raise CrlValueError("study negatives: give `--model` or `--config`, not both "
                                     "(the config names its model)")
+            if o.data != NegativesOptions.model_fields["data"].default:
+                raise CrlValueError(f"study negatives: give `--data` or `--config`, not both "
+                                    f"(the config names its data: set data.files.path there); "
+                                    f"got --data {o.data!r}")
             from crl.train import load_config
 
             try:
