@@ -110,8 +110,9 @@ def grid_text(study: NegativesStudy, data: dict[str, Any]) -> str:
     else:
         text = (f"The grid is the {preset} preset's for {DATA_WORDS.get(study.kind, study.kind)}"
                 + (" (the pycode preset's: the same n, m/n, seeds, budget and refinement)"
-                   if study.kind == "files" and default == GRIDS["pycode"][preset] else "")
-                + f", with {default.refine_runs:,} refinement runs at most.")
+                   if study.kind == "files" and preset != "smoke" else "")
+                + (f", with {default.refine_runs:,} refinement runs at most."
+                   if default.refine_runs else ", without refinement runs."))
     if data.get("fitted_ns"):
         text += " " + span_text(preset, data["preset_ns"], data["fitted_ns"],
                                 data["train_size"])
