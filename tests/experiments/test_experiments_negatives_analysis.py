@@ -134,9 +134,10 @@ def test_analysis_fits_the_law_with_censoring_and_tests_it(study_dir: Path) -> N
     assert shared["m"] == pytest.approx(math.exp(-TOL / SLOPE) * planted_m_star(16_000),
                                         rel=0.5)
     answer = next(s for s in analysis.sections if s.title == "The answer for your n")
-    assert "extrapolation" in answer.paragraphs[0] and "n = 16,000" in answer.paragraphs[0]
-    assert "samples per run" in answer.paragraphs[0] and "epochs" in answer.paragraphs[0]
-    assert "a batch of about" in answer.paragraphs[0]  # shared: in the user's units
+    first = answer.paragraphs[1]  # after the convention for m
+    assert "extrapolation" in first and "n = 16,000" in first
+    assert "samples per run" in first and "epochs" in first
+    assert "a batch of about" in first  # shared: in the user's units
     # half and twice the tolerance
     assert [s["tolerance_value"] for s in analysis.numbers["sensitivity"]] == \
         pytest.approx([TOL / 2, TOL, 2 * TOL])

@@ -54,6 +54,8 @@ def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
     assert "--preset smoke" in page and "--config synthetic-gaussian" in page
     assert "--ns 64,128" in page
     assert "Distinct runs finished: 12 of 12" in page
+    assert "<title>crl study negatives (custom grid, from the smoke preset)</title>" in page
+    assert "The grid is custom: --ns, --fractions, --seeds" in page
 
 
 def _text_pairs(path: Path, count: int = 300) -> Path:
@@ -69,7 +71,7 @@ def _text_pairs(path: Path, count: int = 300) -> Path:
 def test_text_jsonl_without_a_config_picks_a_text_model(tmp_path: Path) -> None:
     data = _text_pairs(tmp_path / "pairs.jsonl")
     too_big = runner.invoke(app, ["study", "negatives", "--preset", "smoke", "--data", str(data),
-                                  "--out", str(tmp_path / "a"), *SMALL])
+                                  "--ns", "64,512", "--out", str(tmp_path / "a"), *SMALL])
     assert too_big.exit_code == 2 and "exceed" in too_big.output  # n = 512 > the split
     assert not list((tmp_path / "a").glob("negatives/*/spec.json"))  # checked before any run
     result = runner.invoke(app, ["study", "negatives", "--preset", "smoke", "--data", str(data),
@@ -78,7 +80,13 @@ def test_text_jsonl_without_a_config_picks_a_text_model(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     facts = json.loads((tmp_path / "b" / "negatives" / "data.json").read_text())
     assert facts["model_kind"] == "embedding_bag" and facts["data_kind"] == "text"
-    assert facts["test_size"] == 60
+    assert facts["test_size"] == 60 and facts["train_size"] == 240  # the study holds out no val
+    # the answer is for the pairs crl train trains on: 300 less 10% validation and 20% test
+    assert facts["user_train_size"] == 210
+    numbers = json.loads((tmp_path / "b" / "negatives" / "analysis.json").read_text())["numbers"]
+    assert {r["target_n"] for r in numbers["recommendations"].values()} == {210}
+    page = (tmp_path / "b" / "negatives" / "report.html").read_text()
+    assert "The answer is for n = 210, the 210 training pairs crl train draws" in page
 
 
 def test_text_jsonl_with_a_config_and_a_model_that_cannot_take_it(tmp_path: Path) -> None:

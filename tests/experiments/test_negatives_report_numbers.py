@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from crl.experiments.api import load_study
 from crl.experiments.negatives.curves import LACK_OF_FIT_P
@@ -134,3 +135,57 @@ def test_the_report_drops_what_the_data_do_not_carry(
     assert set(numbers["verdicts"]) == {"shared", "independent", "shared - independent"}
     for cell in numbers["cells"]:
         assert cell["exact"]  # at most 7 seeds: every resample enumerated
+
+
+def test_the_answer_to_paste_is_the_recommendation_and_its_numbers_are_the_analysis(
+        reanalysed: tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]) -> None:
+    """The report's YAML blocks and the CLI's closing lines are the analysis's fragments: each
+    regime's m (a censored cell's lower bound) with the runs' own loss, the in-batch batch size
+    m + 1 of the shared answer; every number in their words comes from analysis.json."""
+    analysis, numbers, folder, _ = reanalysed
+    pool = _leaves(numbers)
+    pool += [100 * v for v in pool] + list(CONSTANTS)
+    section = next(s for s in analysis.sections if s.title == "The answer as a config")
+    fragments, in_batch = numbers["fragments"], numbers["in_batch"]
+    expected = [{k: f[k] for k in ("negatives", "loss")} for f in fragments.values()]
+    expected += [{k: in_batch[k] for k in ("negatives", "loss", "train")}] if in_batch else []
+    assert [yaml.safe_load(block) for block in section.code] == expected
+    assert list(yaml.safe_load_all(analysis.closing)) == expected  # comments and documents
+    study = load_study(folder)
+    loss = study.runs()[0].config["loss"]
+    for regime, fragment in fragments.items():
+        rec = numbers["recommendations"][regime]
+        value = rec["m"] if rec["m"] is not None else rec["low"] or rec["high"]
+        assert fragment["negatives"] == {"regime": regime, "m": max(1, round(value))}
+        assert fragment["loss"]["name"] == loss["name"]
+        assert fragment["loss"]["temperature"] == loss["temperature"]
+    assert set(fragments) == set(numbers["recommendations"])  # every regime gives an m here
+    assert in_batch["batch_size"] == fragments["shared"]["m"] + 1
+    assert in_batch["train"]["batch_size"] == in_batch["batch_size"]
+    assert in_batch["memory"]["cached"] == 16 * in_batch["batch_size"] * in_batch["memory"]["dim"]
+    words = section.paragraphs + [line[2:] for line in analysis.closing.splitlines()
+                                  if line.startswith("# ")]
+    words += [line for block in section.code for line in block.splitlines()]
+    bad = {s[:80]: _unmatched(s, pool) for s in words if _unmatched(s, pool)}
+    assert not bad, bad
+
+
+def test_the_headline_states_each_m_as_the_table_does(
+        reanalysed: tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]) -> None:
+    """One convention for m: a count of negatives per anchor with its % of the n it is for,
+    the same in the headline, the recommendation table and analysis.json."""
+    analysis, numbers, _, _ = reanalysed
+    table = next(t for s in analysis.sections for t in s.tables
+                 if t.title.startswith("The recommendation per regime"))
+    by_regime = {row[0]: row for row in table.rows}
+    for regime, rec in numbers["recommendations"].items():
+        if rec["m"] is None:
+            continue
+        found = re.search(rf"{regime}: [^;]*; use m ≈ ([\d,]+) \(([\d.]+)% of n\) at n = "
+                          r"([\d,]+)", analysis.headline)
+        assert found, (regime, analysis.headline)
+        m, percent, n = (float(g.replace(",", "")) for g in found.groups())
+        assert m == round(rec["m"]) and n == rec["target_n"] == by_regime[regime][1]
+        assert by_regime[regime][3] == f"{rec['m']:,.0f}"
+        assert percent == pytest.approx(100 * rec["m"] / rec["target_n"], rel=5e-3)
+    assert "m*/n ranges over" not in " ".join(p for s in analysis.sections for p in s.paragraphs)

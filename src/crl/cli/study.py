@@ -35,11 +35,14 @@ _FORCE = typer.Option(False, "--force", help="Run even though the study director
 
 
 def _finish(study_dir: Path, analysis: Analysis, *, headline: bool = True) -> None:
-    """The headline, a warning on stderr for finished runs that cannot be read, the report."""
+    """The headline and the study's closing lines, a warning on stderr for finished runs that
+    cannot be read, the report."""
     from crl.experiments.report import REPORT_FILE, unreadable_text
 
     if headline:
         print(analysis.headline)
+        if analysis.closing:
+            print(analysis.closing)
     if analysis.unreadable:
         print(f"warning: {unreadable_text(analysis.unreadable)}", file=sys.stderr)
     print(f"report: {study_dir / REPORT_FILE}")
@@ -50,7 +53,8 @@ def _finish(study_dir: Path, analysis: Analysis, *, headline: bool = True) -> No
 @executor_options
 def negatives(
     preset: str = _PRESET,
-    data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE."),
+    data: str = typer.Option("pycode", "--data", help="pycode, digits, synthetic, or a FILE "
+                             "(not with --config: the config names its data)."),
     model: str | None = typer.Option(None, "--model", help="Model kind (default per data)."),
     metric: str | None = typer.Option(
         None, "--metric", help="Summary metric to fit (default: recall@1; digits: probe/knn_acc)."),

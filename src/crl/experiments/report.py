@@ -155,6 +155,7 @@ def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
     for section in analysis.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         parts.extend(f"<p>{html.escape(p)}</p>" for p in section.paragraphs)
+        parts.extend(f"<pre>{html.escape(block)}</pre>" for block in section.code)
         for table in section.tables:
             parts.append(f"<h3>{html.escape(table.title)}</h3><table><tr>")
             parts.extend(f"<th>{html.escape(c)}</th>" for c in table.columns)
@@ -222,7 +223,7 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
     environment = read_json(recorded) if recorded.exists() else environment_info()
     if not recorded.exists():
         write_json(recorded, environment)
-    page = render_html(study_dir, f"crl study {study.name} ({study.preset})", analysis,
+    page = render_html(study_dir, study.title(), analysis,
                        reproduce_command(study), environment,
                        {"finished": len({r["run_id"] for r in rows}),
                         "total": len({s.run_id for s in specs})}, compute_text(compute))

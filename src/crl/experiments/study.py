@@ -69,12 +69,14 @@ class Table:
 
 @dataclass
 class Section:
-    """A section of a report: paragraphs (plain text), tables and figures."""
+    """A section of a report: paragraphs (plain text), tables, figures and ``code``: blocks
+    shown as they are (a config to paste), after the paragraphs."""
 
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -84,12 +86,15 @@ class Analysis:
     Attributes:
         unreadable: The finished runs left out because their results cannot be read (set by
             :func:`crl.experiments.report.build_report`; listed in the report).
+        closing: What ``crl study`` prints after the headline ("" for nothing): the answer in
+            a form to paste.
     """
 
     headline: str
     sections: list[Section]
     numbers: dict[str, Any]
     unreadable: list[Unreadable] = field(default_factory=list)
+    closing: str = ""
 
 
 class StudyOptions(BaseModel):
@@ -245,6 +250,10 @@ class Study(ABC):
         """The summary values :meth:`analyze` reads from every row; each must be a finite
         number, or the run is listed as unreadable and left out (default: none)."""
         return ()
+
+    def title(self) -> str:
+        """The report's title (default: ``crl study NAME (PRESET)``)."""
+        return f"crl study {self.name} ({self.preset})"
 
     def describe(self) -> dict[str, Any]:
         """What ``study.json`` records: name, preset and options (:class:`StudyFile`)."""

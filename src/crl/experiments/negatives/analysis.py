@@ -18,11 +18,17 @@ from crl.experiments.negatives import tables, text
 from crl.experiments.negatives.answer import FACTORS, Answer, tolerance_sensitivity
 from crl.experiments.negatives.control import ControlResult, control_text
 from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
+from crl.experiments.negatives.fragment import (
+    answer_section,
+    closing_text,
+    config_fragment,
+    in_batch_fragment,
+)
 from crl.experiments.negatives.grid import Grid
 from crl.experiments.negatives.setup import UNTRAINED
 from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.negatives.tolerance import Tolerance
-from crl.experiments.negatives.verify import VerifyResult, verify_text
+from crl.experiments.negatives.verify import VerifyResult, measured_recommendation, verify_text
 from crl.experiments.study import Analysis, Section, Table
 from crl.theory.scaling import fit_critical_m
 
@@ -45,6 +51,10 @@ class StudyFacts:
         verify: The verify stage's measurement per regime (:mod:`.verify`).
         verify_note, control_note: Why the verify stage or the control arm has no result
             (when it has none), completing a sentence.
+        run_config: A grid run's config: the loss, negatives and model the answer is
+            written in (:mod:`.fragment`).
+        embed_dim: The towers' output dimension ``D`` (None: not known), for the memory of
+            the in-batch answer (:mod:`.memory`).
     """
 
     setup: Section
@@ -58,6 +68,26 @@ class StudyFacts:
     verify: list[VerifyResult] = field(default_factory=list)
     verify_note: str = "was not run (`--verify` runs it)."
     control_note: str = "was not run (`--control` runs it)."
+    run_config: dict[str, Any] = field(default_factory=dict)
+    embed_dim: int | None = None
+
+
+def answer_fragments(result: Answer, facts: StudyFacts
+                     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Each regime's recommendation as config sections, and the shared one's in-batch batch
+    size with its memory (:mod:`.fragment`); where the verify stage measured the answer at the
+    target n, that measurement (:func:`~.verify.measured_recommendation`)."""
+    config = facts.run_config
+    loss = config.get("loss") or {"name": "gcl", "temperature": None}
+    exclude = bool((config.get("negatives") or {}).get("exclude_same_label"))
+    measured = {v.plan.regime: measured_recommendation(v) for v in facts.verify}
+    recommendations = {r: measured.get(r, rec) for r, rec in result.recommendations.items()}
+    fragments = {r: f for r, rec in recommendations.items()
+                 if (f := config_fragment(rec, loss, exclude)) is not None}
+    shared = recommendations.get("shared")
+    in_batch = None if shared is None else in_batch_fragment(
+        shared, loss, facts.embed_dim, config.get("model") or {})
+    return fragments, in_batch
 
 
 def budget_numbers(grid: Grid, target_n: int) -> dict[str, Any]:
@@ -72,6 +102,18 @@ def budget_numbers(grid: Grid, target_n: int) -> dict[str, Any]:
             "samples_at_target": grid.samples(target_n),
             "epochs": {str(n): grid.epochs(n) for n in grid.ns},
             "samples": {str(n): grid.samples(n) for n in grid.ns}}
+
+
+#: How m is written everywhere in the report, stated once (where the answer begins).
+CONVENTION = ("The convention of this whole report: m and m* count negatives per anchor, and "
+              "\"% of n\" divides that count by the n it belongs to, a cell's own n or, for a "
+              "recommendation, the target n (a nearest cell's m* is carried to the target as a "
+              "count, not as a fraction).")
+
+
+def budget_text_short(grid: Grid, target_n: int) -> str:
+    """The training in a few words: ``12,000 samples per run at batch 128``."""
+    return f"{grid.training_text()} at batch {grid.batch(target_n)}"
 
 
 def _control_section(control: list[ControlResult], note: str) -> Section:
@@ -107,10 +149,16 @@ def distinct_added(added: list[dict[str, Any]]) -> int:
                 for a in added})
 
 
-def _refinement_section(added: list[dict[str, Any]]) -> Section:
+def _refinement_section(added: list[dict[str, Any]], budget: int) -> Section:
+    if not added and budget == 0:
+        return Section("Refinement", [
+            "The refinement stage was off: its run budget is 0 (the preset's, or --refine-runs "
+            "0); --refine-runs N adds up to N runs where the m* intervals are widest."])
     if not added:
-        return Section("Refinement", ["The refinement stage added no runs (no cell needed "
-                                      "them, or its run budget was 0)."])
+        return Section("Refinement", [
+            f"The refinement stage added no runs within its budget of {budget:,}: no cell's "
+            "interval held a new whole m, or each cell's runs (new m in its interval, times "
+            "every seed) exceeded the budget left."])
     groups: dict[tuple[Any, ...], list[int]] = {}
     for a in added:
         groups.setdefault((a["stage"], a["regime"], a["n"], a["m"], a["reason"]), []) \
@@ -175,13 +223,15 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
     verdicts = [v.sentence for v in result.verdicts.values()]
     contradicted = any(v.verdict == "contradicted" for v in result.verdicts.values())
     regimes = list(result.laws)
+    fragments, in_batch = answer_fragments(result, facts)
     sections = [
         facts.setup,
-        Section("The answer for your n", [text.recommendation_text(r, budget)
+        Section("The answer for your n", [CONVENTION] + [text.recommendation_text(r, budget)
                                           + (" " + verified[r.regime] if r.regime in verified
                                              else "")
                                           for r in result.recommendations.values()],
                 tables=[tables.recommendation_table(result)]),
+        answer_section(fragments, in_batch, budget_text_short(grid, facts.target_n)),
         _verify_section(facts.verify, facts.verify_note, metric, higher),
         Section("The theory's prediction per regime", [text.prediction_text(), *verdicts]
                 + ([text.confounds_text((epochs[0], epochs[1]), k_range,
@@ -213,7 +263,7 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
             f"The same analysis at half ({answers[0].tolerance}) and twice "
             f"({answers[-1].tolerance}) the chosen tolerance."],
             tables=[tables.sensitivity_table(answers)]),
-        _refinement_section(facts.added),
+        _refinement_section(facts.added, grid.refine_runs),
         Section("Cross-check: the power-law fits", [
             "Per cell, err(m) = E_inf + A m^-beta; m* is the smallest m within the tolerance of "
             "the fitted asymptote. A fit whose m* lies outside the swept range, or whose "
@@ -236,15 +286,16 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                                       "at_m_star": {f"{c.regime} {c.n}":
                                                     grid.negatives_per_step(c.n, c.m_star)
                                                     for c in cells if c.m_star is not None}},
-               "in_batch_size": {r: round(x.m if x.m is not None else x.low) + 1
-                                 for r, x in result.recommendations.items()
-                                 if x.m is not None or x.low > 0},
+               "fragments": fragments, "in_batch": in_batch,
                "sensitivity": _sensitivity(answers), "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
-               "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
+               "refinement": facts.added, "refinement_runs": distinct_added(facts.added),
+               "refinement_budget": grid.refine_runs}
     for regime, rec in numbers["recommendations"].items():  # each restates its training
         rec["budget"] = numbers["budget"]
         found = [v for v in numbers["verify"] if v["regime"] == regime]
         rec["verify"] = found[0] if found else None
-    return Analysis(text.headline(result, spec, budget, facts.verify), sections, numbers)
+    return Analysis(text.headline(result, spec, budget, facts.verify), sections, numbers,
+                    closing=closing_text(fragments, in_batch,
+                                         budget_text_short(grid, facts.target_n)))

@@ -106,7 +106,43 @@ GRIDS: dict[str, dict[str, Grid]] = {
                      refine_runs=200),
     },
 }
-GRIDS["files"] = GRIDS["synthetic"]
+# A user's file gets the rigour of the pycode presets (their n span, fractions, seeds, budget and
+# refinement); a file too small for the span gets it scaled (negatives.userdata.fit_span).
+GRIDS["files"] = {"smoke": GRIDS["synthetic"]["smoke"], "quick": GRIDS["pycode"]["quick"],
+                  "full": GRIDS["pycode"]["full"]}
+#: The data kinds of :data:`GRIDS`, in words.
+DATA_WORDS = {"pycode": "pycode", "files": "a user's file", "digits": "digits",
+              "synthetic": "synthetic"}
+
+
+def distinct_runs(grid: Grid) -> int:
+    """The grid's distinct runs before refinement: every (n, m, regime, seed), with one run for
+    both regimes where ``m >= n - 1``.
+
+    Example:
+        >>> distinct_runs(Grid((10,), (0.5, 1.0), (0, 1), 100, 4))  # m = 5 twice, m = 10 once
+        6
+    """
+    per_seed = 0
+    for n in grid.ns:
+        ms = {max(1, round(f * n)) for f in grid.fractions}
+        per_seed += sum(1 if m >= n - 1 else 2 for m in ms)
+    return per_seed * len(grid.seeds)
+
+
+def grid_table() -> str:
+    """Each preset's grid per data kind as a Markdown table (README.md, "The main job", holds
+    exactly this; tests/test_readme_grids.py checks it)."""
+    lines = ["| data | preset | n | m/n (%) | seeds | samples per run | batch | grid runs "
+             "| refinement runs (at most) |", "| --- | --- | --- | --- | --- | --- | --- | --- "
+             "| --- |"]
+    for kind, words in DATA_WORDS.items():
+        for preset, g in GRIDS[kind].items():
+            lines.append(f"| {words} | {preset} | {', '.join(f'{n:,}' for n in g.ns)} | "
+                         f"{', '.join(f'{100 * f:g}' for f in g.fractions)} | {len(g.seeds)} | "
+                         f"{g.budget:,} | {g.batch_size} | {distinct_runs(g)} | "
+                         f"{g.refine_runs} |")
+    return "\n".join(lines) + "\n"
 
 
 def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
@@ -149,6 +185,24 @@ def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
                                 f"{budget:,} samples")
         changes["target_epochs"] = float(target_epochs)
     return replace(grid, **changes)
+
+
+#: The study option that sets each field of a :class:`Grid`.
+GRID_FLAGS = {"ns": "--ns", "fractions": "--fractions", "seeds": "--seeds",
+              "budget": "--budget (--target-samples)", "batch_size": "--batch-size",
+              "refine_runs": "--refine-runs", "target_epochs": "--target-epochs"}
+
+
+def grid_changes(preset: Grid, grid: Grid) -> list[str]:
+    """The fields of ``grid`` that differ from the ``preset`` grid it was made from (a custom
+    grid when any do).
+
+    Example:
+        >>> quick = GRIDS["pycode"]["quick"]
+        >>> grid_changes(quick, override_grid(quick, seeds=[0, 1, 2, 3], batch_size=64))
+        ['batch_size']
+    """
+    return [name for name in GRID_FLAGS if getattr(grid, name) != getattr(preset, name)]
 
 
 def data_section(data: str) -> tuple[str, dict[str, Any]]:

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from crl.errors import CrlValueError
 from crl.experiments.metrics import metric_value
+from crl.experiments.negatives.grid import DATA_WORDS, GRID_FLAGS, GRIDS, Grid, grid_changes
+from crl.experiments.negatives.setup_model import model_text
+from crl.experiments.negatives.userdata import span_text
 from crl.experiments.study import Section, Table
 
 if TYPE_CHECKING:
@@ -40,17 +43,27 @@ def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@
         raise CrlValueError(f"study negatives: {exc}") from None
     kind = resolve_kind(cfg.model, splits.info)
     train = len(splits.train)
-    too_big = [n for n in ns if n > train]
-    if too_big:
-        raise CrlValueError(f"study negatives: n = {too_big} exceed the {train:,} training pairs "
-                            f"of {splits.info.name!r}; choose --ns of at most {train}")
     facts: dict[str, Any] = {"data": splits.info.name, "data_kind": splits.info.kind,
                              "model_kind": kind, "train_size": train,
                              "test_size": len(splits.test), "baseline": None}
+    check_ns(ns, facts)
     if kind in PRETRAINED:
         facts["baseline"] = _untrained_metric(cfg, metric)
         facts["baseline_label"] = PRETRAINED[kind]
     return facts
+
+
+def check_ns(ns: Sequence[int], facts: dict[str, Any]) -> None:
+    """Every n fits in the training split of the data ``facts`` describe (:func:`check_data`).
+
+    Raises:
+        CrlValueError: naming the n that do not, and the split's size.
+    """
+    train = facts["train_size"]
+    too_big = [n for n in ns if n > train]
+    if too_big:
+        raise CrlValueError(f"study negatives: n = {too_big} exceed the {train:,} training pairs "
+                            f"of {facts['data']!r}; choose --ns of at most {train}")
 
 
 def _untrained_metric(cfg: Any, metric: str) -> float | None:
@@ -77,10 +90,33 @@ def baseline_label(data: dict[str, Any]) -> str:
     return str(data.get("baseline_label", UNTRAINED))
 
 
-def _words(section: dict[str, Any]) -> str:
-    items = [f"{k.replace('_', ' ')} {v}" for k, v in section.items()
-             if not isinstance(v, dict) and v is not None and k != "kind"]
-    return ", ".join(items)
+def _values(grid: Grid, name: str) -> str:
+    value = getattr(grid, name)
+    if isinstance(value, tuple):
+        return ", ".join(f"{v:,}" if isinstance(v, int) else f"{v:g}" for v in value)
+    return "none" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def grid_text(study: NegativesStudy, data: dict[str, Any]) -> str:
+    """Where the grid comes from: the preset's (fitted to a small file, with the numbers), or a
+    custom grid naming what replaced the preset's."""
+    preset, default = study.preset, GRIDS[study.kind][study.preset]
+    changed = grid_changes(default, study.preset_grid)
+    if changed:
+        text = (f"The grid is custom: {', '.join(GRID_FLAGS[c] for c in changed)} replace the "
+                f"{preset} preset's "
+                + "; ".join(f"{c.replace('_', ' ')} ({_values(default, c)})" for c in changed)
+                + ".")
+    else:
+        text = (f"The grid is the {preset} preset's for {DATA_WORDS.get(study.kind, study.kind)}"
+                + (" (the pycode preset's: the same n, m/n, seeds, budget and refinement)"
+                   if study.kind == "files" and preset != "smoke" else "")
+                + (f", with {default.refine_runs:,} refinement runs at most."
+                   if default.refine_runs else ", without refinement runs."))
+    if data.get("fitted_ns"):
+        text += " " + span_text(preset, data["preset_ns"], data["fitted_ns"],
+                                data["train_size"])
+    return text
 
 
 def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) -> Section:
@@ -90,27 +126,37 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
     source = ("the user's config " + str(study.options["config"]) if study.base is not None
               else f"data {study.options['data']}")
     model = first["model"]
+    kind = str(data.get("model_kind") or model.get("kind"))
     sizes = (f" The training split holds {data['train_size']:,} pairs; every run is evaluated "
              f"on the same {data['test_size']:,} held-out test pairs."
              if data.get("train_size") else "")
+    if study.target_n is not None:
+        sizes += f" The answer is for the n given, --target-n {study.target_n:,}."
+    elif data.get("target_source"):
+        sizes += (f" The answer is for n = {data['user_train_size']:,}, {data['target_source']} "
+                  "(--target-n sets another).")
     loss = first["loss"]
+    scale = (" with its learnt logit scale" if loss["name"] == "clip" else
+             " with its learnt scale and bias" if loss["name"] == "siglip" else
+             f" at temperature {loss.get('temperature')}")
     paragraphs = [
         f"Sweep of {source}: data set {data.get('data', first['data']['name'])!r} "
-        f"({data.get('data_kind', 'see the config')}); model "
-        f"{data.get('model_kind', model.get('kind'))!r}"
-        + (f" ({_words(model)})" if _words(model) else "") + "." + sizes,
-        f"Every run trains with the loss {loss['name']!r} at temperature "
-        f"{loss.get('temperature')} and the {first['optim']['name']} optimiser (learning rate "
-        f"{first['optim']['lr']:g}) at batch size {g.batch_size} for a fixed budget of "
-        f"{g.budget:,} processed samples, so m is independent of the batch (but the k = B m / n "
-        "of an anchor's negatives that one batch holds is not: see the table). Both regimes are "
-        "swept: shared (one negative set for all anchors, the CLIP setting) and independent "
-        "(each anchor its own set); with m >= n - 1 every other anchor is a negative and one "
-        "run serves both.",
-        "Under the fixed budget, smaller n means more epochs over the same anchors (see the "
-        "table): a difference between values of n mixes more anchors with fewer passes over "
-        "each, so m*(n) describes this budget; comparisons between m at one n share n, seed "
-        "and epochs and are not affected.",
+        f"({data.get('data_kind', 'see the config')}); {model_text(model, kind)}." + sizes,
+        *([f"Frozen: {data['frozen']}."] if data.get("frozen") else []),
+        f"Every run trains with the loss {loss['name']!r}{scale} and the "
+        f"{first['optim']['name']} optimiser (learning rate {first['optim']['lr']:g}) at batch "
+        f"size {g.batch_size} for {g.training_text()}, so m is independent of the batch (but "
+        "the k = B m / n of an anchor's negatives that one batch holds is not: see the table). "
+        "Both regimes are swept: shared (one negative set for all anchors, the CLIP setting) "
+        "and independent (each anchor its own set); with m >= n - 1 every other anchor is a "
+        "negative and one run serves both.",
+        grid_text(study, data),
+        ("Under the fixed budget, smaller n means more epochs over the same anchors (see the "
+         "table): a difference between values of n mixes more anchors with fewer passes over "
+         "each, so m*(n) describes this budget; comparisons between m at one n share n, seed "
+         "and epochs and are not affected." if g.target_epochs is None else
+         "Every n trains the same number of epochs, so a larger n processes more samples (see "
+         "the table); comparisons between m at one n share n, seed and epochs."),
         f"Distinct runs trained: {distinct} (the refinement's included).",
     ]
     if data.get("baseline") is None:

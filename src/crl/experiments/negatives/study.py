@@ -16,6 +16,7 @@ target n (:mod:`.verify`). With ``config=`` the sweep runs the user's own ``crl 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +25,33 @@ from crl.experiments.metrics import ir_key, metric_keys, metric_spec, with_study
 from crl.experiments.negatives import grid as grids
 from crl.experiments.negatives.analysis import StudyFacts, build_analysis
 from crl.experiments.negatives.answer import answer
-from crl.experiments.negatives.control import ControlResult, control_batch, control_result
+from crl.experiments.negatives.arms import (
+    arm,
+    control_note,
+    control_results,
+    verify_note,
+    verify_results,
+)
+from crl.experiments.negatives.control import control_batch
 from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.memory import embedding_dim
 from crl.experiments.negatives.options import CONTROL_PRESETS, VERIFY_PRESETS, NegativesOptions
 from crl.experiments.negatives.refine import plan_refinement
 from crl.experiments.negatives.setup import (
     DATA_FILE,
     baseline_label,
     check_data,
+    check_ns,
     setup_section,
 )
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.negatives.userdata import fit_span, user_training
 from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
-    VerifyResult,
     plan_second_round,
     plan_verify,
-    verify_result,
 )
 from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import read_json, write_json
@@ -55,13 +64,6 @@ DEFAULT_METRICS = {"digits": "probe/knn_acc"}
 REFINEMENT_FILE = "refinement.json"
 #: Refinement stages at most (each plans from the runs of all earlier ones).
 MAX_STAGES = 3
-
-
-def arm(row: dict[str, Any]) -> str:
-    """Which arm a result row belongs to: ``main`` (the grid and its refinement), ``control``
-    or ``verify`` (the ``arm`` tag; rows written before there were arms are ``main``)."""
-    value = row.get("arm")
-    return value if isinstance(value, str) and value else "main"
 
 
 class NegativesStudy(Study):
@@ -109,6 +111,10 @@ class NegativesStudy(Study):
             if model is not None:
                 raise CrlValueError("study negatives: give `--model` or `--config`, not both "
                                     "(the config names its model)")
+            if o.data != NegativesOptions.model_fields["data"].default:
+                raise CrlValueError(f"study negatives: give `--data` or `--config`, not both "
+                                    f"(the config names its data: set data.files.path there); "
+                                    f"got --data {o.data!r}")
             from crl.train import load_config
 
             try:
@@ -139,12 +145,11 @@ class NegativesStudy(Study):
                                         fractions=o.fractions, seeds=o.seeds, budget=budget,
                                         batch_size=o.batch_size, refine_runs=o.refine_runs,
                                         target_epochs=o.target_epochs)
+        #: The grid before it is fitted to a file (:meth:`check`).
+        self.preset_grid = self.grid
         self.verify = preset in VERIFY_PRESETS if o.verify is None else o.verify
         self.control = preset in CONTROL_PRESETS if o.control is None else o.control
-        self.control_n = max(self.grid.ns) if o.control_n is None else o.control_n
-        if self.control and self.control_n not in self.grid.ns:
-            raise CrlValueError(f"study negatives: `--control-n` must be one of the swept n "
-                                f"{list(self.grid.ns)}; got {self.control_n}")
+        self._set_ns(self.grid.ns)
         self.tolerance = Tolerance.parse(o.tolerance)
         self.temperature = o.temperature
         self.device = o.device
@@ -155,6 +160,23 @@ class NegativesStudy(Study):
         self.added: list[dict[str, Any]] = []
         self.verify_plans: list[VerifyPlan] = []
         self.second_round_planned = False
+
+    def _set_ns(self, ns: tuple[int, ...]) -> None:
+        """The grid's n (the preset's, or fitted to a file) and the control arm's n."""
+        self.grid = replace(self.grid, ns=ns)
+        o = self.settings
+        self.control_n = max(ns) if o.control_n is None else o.control_n
+        if self.control and self.control_n not in ns:
+            raise CrlValueError(f"study negatives: `--control-n` must be one of the swept n "
+                                f"{list(ns)}; got {self.control_n}")
+
+    def title(self) -> str:
+        """``crl study negatives (quick)``; a custom grid or a span fitted to the file says so."""
+        if grids.grid_changes(grids.GRIDS[self.kind][self.preset], self.preset_grid):
+            return f"crl study negatives (custom grid, from the {self.preset} preset)"
+        if self.grid.ns != self.preset_grid.ns:
+            return f"crl study negatives ({self.preset}, n scaled to the file)"
+        return super().title()
 
     @property
     def control_batch(self) -> int:
@@ -242,7 +264,14 @@ class NegativesStudy(Study):
         split) and every run config, before any worker starts; record the data's sizes."""
         self.load_state(study_dir)
         first = self.runs()[0]
-        facts = check_data(first.config, self.grid.ns, self.metric)
+        facts = check_data(first.config, (), self.metric)
+        fitted = None if self.kind != "files" or self.settings.ns is not None else \
+            fit_span(self.preset_grid.ns, facts["train_size"])
+        self._set_ns(self.preset_grid.ns if fitted is None else fitted)
+        if fitted is not None:
+            facts.update(fitted_ns=list(fitted), preset_ns=list(self.preset_grid.ns))
+        check_ns(self.grid.ns, facts)
+        facts.update(user_training(first.config, self.base, self.kind, facts["train_size"]))
         if self.verify and self.target_n is not None and self.target_n > facts["train_size"]:
             raise CrlValueError(f"study negatives: `--verify` trains at the target n, and "
                                 f"`--target-n` {self.target_n:,} exceeds the "
@@ -260,10 +289,20 @@ class NegativesStudy(Study):
         saved = read_json(path) if path.exists() else {}
         self.verify_plans = [VerifyPlan.from_dict(p) for p in saved.get("plans", [])]
         self.second_round_planned = bool(saved.get("second_round_planned", False))
+        fitted = self._data(study_dir).get("fitted_ns")
+        if fitted and self.settings.ns is None:  # the span fitted to the file by check()
+            self._set_ns(tuple(int(n) for n in fitted))
+
+    @staticmethod
+    def _data(study_dir: Path) -> dict[str, Any]:
+        return read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
 
     def _target(self, study_dir: Path) -> int:
-        data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
-        return self.target_n or int(data.get("train_size") or max(self.grid.ns))
+        """``--target-n``, else the user's training pairs (:func:`~.userdata.user_training`;
+        a study written before it recorded them: its training split)."""
+        data = self._data(study_dir)
+        return self.target_n or int(data.get("user_train_size") or data.get("train_size")
+                                    or max(self.grid.ns))
 
     def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         """Plan the next stage from ``rows``: a refinement stage while one adds runs, then the
@@ -290,7 +329,7 @@ class NegativesStudy(Study):
         if not self.verify_plans or self.second_round_planned:
             return 0
         known = {s.run_id for s in self.runs()}
-        results = {v.plan: v for v in self.verify_results(rows)}
+        results = {v.plan: v for v in verify_results(self, rows)}
         self.verify_plans = [plan_second_round(results[p]) if p in results else p
                              for p in self.verify_plans]
         self.second_round_planned = True
@@ -338,55 +377,22 @@ class NegativesStudy(Study):
             out.append(row)
         return out
 
-    def control_results(self, rows: list[dict[str, Any]]) -> list[ControlResult]:
-        """The control arm's verdict per regime from the rows of every arm."""
-        if not self.control:
-            return []
-        main = [r for r in rows if arm(r) == "main"]
-        ctrl = [r for r in rows if arm(r) == "control"]
-        found = [control_result(main, ctrl, self.metric, self.spec.higher_is_better,
-                                self.tolerance, regime=regime, n=self.control_n,
-                                batch=self.grid.batch(self.control_n),
-                                control_batch=self.control_batch) for regime in REGIMES]
-        return [c for c in found if c is not None]
-
-    def verify_results(self, rows: list[dict[str, Any]]) -> list[VerifyResult]:
-        """The verify stage's measurement per regime from the rows of every arm."""
-        mine = [r for r in rows if arm(r) == "verify"]
-        found = [verify_result(p, mine, self.metric, self.spec.higher_is_better,
-                               self.tolerance) for p in self.verify_plans]
-        return [v for v in found if v is not None]
-
-    def _verify_note(self, study_dir: Path) -> str:
-        if not self.verify:
-            return "was not run (`--verify` runs it)."
-        if not (study_dir / VERIFY_FILE).exists():
-            return "has not been planned yet: it follows the refinement."
-        if not self.verify_plans:
-            return ("had nothing to measure: no regime's recommendation gives an m (only an "
-                    "upper bound).")
-        return "has no finished runs at m_rec and another m on a common seed yet."
-
-    def _control_note(self) -> str:
-        if not self.control:
-            return "was not run (`--control` runs it)."
-        return (f"has no result: it needs finished runs in both arms at >= 3 of the swept m "
-                f"whose m / {self.grid.batch(self.control_n) / self.control_batch:g} lies in "
-                "the swept range.")
-
     def analyze(self, rows: list[dict[str, Any]], study_dir: Path) -> Analysis:
         rows = self._with_metric(rows)
         if not any(self.metric in r for r in rows):
             raise CrlValueError(f"study negatives: metric {self.metric!r} is not in the results; "
                                 f"available: {sorted({k for r in rows for k in r})}")
-        data = read_json(study_dir / DATA_FILE) if (study_dir / DATA_FILE).exists() else {}
+        data = self._data(study_dir)
         distinct = len({r["run_id"] for r in rows})
+        config = self.runs()[0].config
+        kind = str(data.get("model_kind") or config["model"].get("kind"))
         facts = StudyFacts(setup_section(self, data, distinct), self.grid,
                            self._target(study_dir), test_size=data.get("test_size"),
                            baseline=data.get("baseline"), baseline_label=baseline_label(data),
-                           added=self.added, control=self.control_results(rows),
-                           verify=self.verify_results(rows),
-                           verify_note=self._verify_note(study_dir),
-                           control_note=self._control_note())
+                           added=self.added, control=control_results(self, rows),
+                           verify=verify_results(self, rows),
+                           verify_note=verify_note(self, study_dir),
+                           control_note=control_note(self), run_config=config,
+                           embed_dim=embedding_dim(config["model"], kind))
         return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
                               tolerance=self.tolerance, preset=self.preset, facts=facts)

@@ -184,7 +184,8 @@ def _headline_regime(result: Answer, regime: str) -> str:
         shape = f"m*(n) not identified ({law.reason})"
     else:
         shape = f"m* ~ n^{interval_text(law.alpha, law.alpha_ci)} ({law.verdict})"
-    answer_part = (f"use m ≈ {m_text(rec.m)} at n = {rec.target_n:,} ("
+    answer_part = (f"use m ≈ {m_text(rec.m)} ({pct(rec.m, rec.target_n)} of n) at n = "
+                   f"{rec.target_n:,} ("
                    + ("the law" if rec.source == "law" else
                       f"the nearest measured cell, n = {rec.n_used:,}") + ")"
                    if rec.m is not None else "no point recommendation")
@@ -241,10 +242,14 @@ def comparison_text(cells: list[CurveCell], gains: list[dict[str, float | str]],
     else:
         out.append("The grid does not hold m = 10%, 40% and 100% of n for every n, so the "
                    "gains cannot be set beside the paper's.")
-    located = [c.m_star / c.n for c in cells if c.m_star is not None]
+    located = sorted(((c.m_star / c.n, c.m_star, c) for c in cells if c.m_star is not None),
+                     key=lambda t: t[0])
     if located:
-        out.append(f"Where m* is located, m*/n ranges over {min(located):.2f} to "
-                   f"{max(located):.2f} (the paper: about {PAPER.saturation_fraction:g}).")
+        (_, m_low, low), (_, m_high, high) = located[0], located[-1]
+        out.append(f"Where m* is located, it is {pct(m_low, low.n)} ({low.regime}, "
+                   f"n = {low.n:,}) to {pct(m_high, high.n)} ({high.regime}, n = "
+                   f"{high.n:,}) of its cell's n (the paper: about "
+                   f"{100 * PAPER.saturation_fraction:g}%).")
     out.append("Our scale is far below the paper's (thousands of anchors on a CPU, not millions "
                "on GPUs), and the model and data differ, so agreement in shape, not in the "
                "exact numbers, is what to look for.")

@@ -177,6 +177,21 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
                         ms[first - 1] if first > 0 else None)
 
 
+def measured_recommendation(r: VerifyResult) -> Recommendation:
+    """The answer the verify stage measured at the target n, as the recommendation to paste:
+    ``measured_m`` with ``(below_m, measured_m]`` as its bracket (the runs cannot resolve the
+    step below it). It replaces the extrapolated ``m_rec`` wherever the verify stage ran: a
+    measurement at the user's n, on the same criterion as m* (the smallest m within the
+    tolerance of the best)."""
+    plan = r.plan
+    return Recommendation(
+        plan.regime, plan.target_n, "verify stage", float(r.measured_m),
+        float(r.below_m or 0), float(r.measured_m), plan.target_n, False,
+        f"measured at n = {plan.target_n:,} on {len(r.seeds)} seeds: the smallest of the "
+        f"measured m within the tolerance of the best (m_rec = {plan.m_rec:,} was "
+        f"{r.verdict} it)")
+
+
 def plan_second_round(result: VerifyResult) -> VerifyPlan:
     """The plan with a second round where ``m_rec`` is not within the tolerance:
     :data:`SECOND_ROUND_POINTS` m evenly spaced in log m inside ``(below_m, measured_m)``,
