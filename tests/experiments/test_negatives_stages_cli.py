@@ -80,6 +80,11 @@ def test_epochs_control_and_an_interrupted_verify_stage(
                                    "within (the interval reaches past the tolerance)")
     assert extra == [] or measured["verdict"] == "not within"
     assert measured["measured_m"] in measured["measured_ms"]
+    # the answer to paste is the one measured at the target n, not the extrapolation
+    pasted = numbers["fragments"]["shared"]
+    assert pasted["m"] == measured["measured_m"] and pasted["source"] == "verify stage"
+    assert pasted["negatives"] == {"regime": "shared", "m": measured["measured_m"]}
+    assert f"m: {measured['measured_m']}" in analysis.closing
     assert numbers["recommendations"]["shared"]["verify"] == measured
     assert f"Verified at n = 256 (shared): m = 32 is {measured['verdict']}" in analysis.headline
     [controls] = [s for s in analysis.sections if s.title.startswith("Control arm")]
