@@ -24,7 +24,14 @@ from crl._unpickling import refused_request, unpickler_reason
 from crl.errors import CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
-from crl.models.frozen_cache import FrozenOutputs, check_supported, layer_owner, top_forward
+from crl.models.frozen_cache import (
+    FrozenOutputs,
+    check_supported,
+    is_supported,
+    layer_owner,
+    shared_outputs,
+    top_forward,
+)
 from crl.models.towers import Tower, projection_head
 
 Pooling = Literal["mean", "cls"]
@@ -167,6 +174,11 @@ class TransformerEncoder(nn.Module):
         model_dir: A directory with ``config.json`` and weights (see :func:`resolve_model_dir`).
         pooling: ``mean`` or ``cls``.
         freeze_layers: Freeze the embeddings and the first ``k`` layers (0: train everything).
+            The frozen part runs as in evaluation (no dropout) in training too, so it is a
+            function of the text; for a supported model type
+            (:data:`crl.models.frozen_cache.SUPPORTED`) it is then computed once per text, in
+            the process's cache of this directory and ``k``
+            (:func:`~crl.models.frozen_cache.shared_outputs`), decided here, once.
         gradient_checkpointing: Recompute activations in the backward pass (less memory).
 
     Raises:
@@ -205,9 +217,13 @@ class TransformerEncoder(nn.Module):
                 frozen.append(embeddings)
             for module in frozen:
                 module.requires_grad_(False)
+        self._frozen = frozen if freeze_layers else []
         self.freeze_layers = int(freeze_layers)
         self.frozen_outputs: FrozenOutputs | None = None
         self._model_dir = str(model_dir)
+        self.train()  # the frozen part in evaluation mode
+        if freeze_layers and is_supported(self.model):
+            self.cache_frozen(shared_outputs((self._model_dir, self.freeze_layers)))
         if gradient_checkpointing:  # transformers >= 5 names it activation checkpointing
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             if enable is not None:
@@ -215,6 +231,14 @@ class TransformerEncoder(nn.Module):
             else:
                 self.model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def train(self, mode: bool = True) -> TransformerEncoder:
+        """``nn.Module.train``, with the frozen embeddings and layers always in evaluation
+        mode (no dropout: the frozen part is a function of the text, cached or not)."""
+        super().train(mode)
+        for module in getattr(self, "_frozen", ()):
+            module.eval()
+        return self
 
     def cache_frozen(self, outputs: FrozenOutputs | None = None) -> FrozenOutputs:
         """Compute the frozen embeddings and first ``freeze_layers`` layers once per text from
