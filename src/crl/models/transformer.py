@@ -25,6 +25,7 @@ from crl.errors import CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
 from crl.models.frozen_cache import (
+    SUPPORTED,
     FrozenOutputs,
     check_supported,
     is_supported,
@@ -298,6 +299,58 @@ def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:
             )
         return width
     return cfg.resolved_embed_dim()
+
+
+def describe_pretrained(cfg: ModelConfig) -> dict[str, Any]:
+    """What a ``model.kind: transformer`` config trains, for reports: the pretrained model
+    (``name``: the bundled all-MiniLM-L6-v2 or the directory's name; ``path``; ``model_type``),
+    its ``layers``, the ``frozen_layers`` (with the embeddings) and ``trained_layers``,
+    whether the frozen part is computed once per text (``frozen_cached``,
+    :mod:`crl.models.frozen_cache`) and the projection ``head``.
+
+    Raises:
+        CrlValueError: as :func:`resolve_model_dir`.
+    """
+    model_dir = resolve_model_dir(cfg.pretrained)
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    layers = config.get("num_hidden_layers", config.get("n_layers"))
+    bundled = cfg.pretrained is None or model_dir == resolve_model_dir(None)
+    name = "all-MiniLM-L6-v2 (bundled)" if bundled else (
+        model_dir.parent.name if model_dir.name.endswith("Transformer") else model_dir.name)
+    frozen = int(cfg.freeze_layers)
+    return {"name": name, "path": str(model_dir), "model_type": config.get("model_type"),
+            "layers": layers, "frozen_layers": frozen,
+            "trained_layers": layers - frozen if isinstance(layers, int) else None,
+            "frozen_cached": bool(frozen) and config.get("model_type") in SUPPORTED,
+            "head": cfg.resolved_head()}
+
+
+def pretrained_text(facts: dict[str, Any]) -> str:
+    """:func:`describe_pretrained`'s facts in one sentence.
+
+    Example:
+        >>> print(pretrained_text({"name": "m", "layers": 6, "frozen_layers": 4, "head": "none",
+        ...                        "frozen_cached": True}))  # doctest: +NORMALIZE_WHITESPACE
+        Pretrained model m (6 layers): the embeddings and layers 1-4 frozen (computed once per
+        text and cached), layers 5-6 trained.
+    """
+    layers, frozen = facts.get("layers"), int(facts.get("frozen_layers") or 0)
+    shown = f" ({layers} layers)" if isinstance(layers, int) else ""
+    if not frozen:
+        return f"Pretrained model {facts['name']}{shown}: every layer fine-tuned, none frozen."
+    top = (f"layers {frozen + 1}-{layers}" if isinstance(layers, int) and layers > frozen + 1
+           else f"layer {frozen + 1}" if layers == frozen + 1 else "no layer")
+    how = (" (computed once per text and cached)" if facts.get("frozen_cached")
+           else " (run at every step: its model type is not cached)")
+    first = "layer 1" if frozen == 1 else f"layers 1-{frozen}"
+    head = facts.get("head")
+    trained = f"{top} and the {head} head" if head not in (None, "none") else top
+    return (f"Pretrained model {facts['name']}{shown}: the embeddings and {first} frozen{how}, "
+            f"{trained} trained.")
 
 
 def transformer_towers(cfg: ModelConfig) -> tuple[nn.Module, nn.Module, TextFeaturizer]:

@@ -45,6 +45,9 @@ class StudyFacts:
         verify: The verify stage's measurement per regime (:mod:`.verify`).
         verify_note, control_note: Why the verify stage or the control arm has no result
             (when it has none), completing a sentence.
+        pretrained: For a pretrained transformer, the model and what was frozen
+            (:func:`crl.models.transformer.describe_pretrained`); None otherwise.
+        grid_rule: Why the preset's grid is not the data set's (None when it is).
     """
 
     setup: Section
@@ -58,6 +61,8 @@ class StudyFacts:
     verify: list[VerifyResult] = field(default_factory=list)
     verify_note: str = "was not run (`--verify` runs it)."
     control_note: str = "was not run (`--control` runs it)."
+    pretrained: dict[str, Any] | None = None
+    grid_rule: str | None = None
 
 
 def budget_numbers(grid: Grid, target_n: int) -> dict[str, Any]:
@@ -242,7 +247,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "sensitivity": _sensitivity(answers), "critical_m": fitted.to_dict(),
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
-               "refinement": facts.added, "refinement_runs": distinct_added(facts.added)}
+               "refinement": facts.added, "refinement_runs": distinct_added(facts.added),
+               "pretrained": facts.pretrained, "grid_rule": facts.grid_rule}
     for regime, rec in numbers["recommendations"].items():  # each restates its training
         rec["budget"] = numbers["budget"]
         found = [v for v in numbers["verify"] if v["regime"] == regime]

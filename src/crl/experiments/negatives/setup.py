@@ -50,6 +50,10 @@ def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@
     if kind in PRETRAINED:
         facts["baseline"] = _untrained_metric(cfg, metric)
         facts["baseline_label"] = PRETRAINED[kind]
+    if kind == "transformer":
+        from crl.models.transformer import describe_pretrained
+
+        facts["pretrained"] = describe_pretrained(cfg.model)
     return facts
 
 
@@ -83,6 +87,17 @@ def _words(section: dict[str, Any]) -> str:
     return ", ".join(items)
 
 
+def _pretrained_lines(data: dict[str, Any], grid_rule: str | None) -> list[str]:
+    """The pretrained model and what was frozen (``data.json``'s ``pretrained``), and why the
+    preset's grid is not the data set's."""
+    from crl.models.transformer import pretrained_text
+
+    found = data.get("pretrained")
+    parts = [pretrained_text(found)] if isinstance(found, dict) else []
+    text = " ".join(parts + ([grid_rule] if grid_rule else []))
+    return [text] if text else []
+
+
 def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) -> Section:
     """The set-up: data, model, loss, budget and the grid, in sentences and a table."""
     g = study.grid
@@ -112,6 +127,7 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
         "each, so m*(n) describes this budget; comparisons between m at one n share n, seed "
         "and epochs and are not affected.",
         f"Distinct runs trained: {distinct} (the refinement's included).",
+        *_pretrained_lines(data, study.grid_rule),
     ]
     if data.get("baseline") is None:
         paragraphs.append("The model has no pretrained backbone, so there is no zero-shot "

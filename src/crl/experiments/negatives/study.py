@@ -134,7 +134,9 @@ class NegativesStudy(Study):
             raise CrlValueError(f"study negatives: `--budget` and `--target-samples` are one "
                                 f"option; got {o.budget:,} and {o.target_samples:,}")
         budget = o.target_samples if o.target_samples is not None else o.budget
-        self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=o.ns,
+        chosen, self.grid_rule = grids.preset_grid(self.kind, preset,
+                                                   self.model_section.get("kind"))
+        self.grid = grids.override_grid(chosen, ns=o.ns,
                                         fractions=o.fractions, seeds=o.seeds, budget=budget,
                                         batch_size=o.batch_size, refine_runs=o.refine_runs,
                                         target_epochs=o.target_epochs)
@@ -366,6 +368,7 @@ class NegativesStudy(Study):
                            added=self.added, control=self.control_results(rows),
                            verify=self.verify_results(rows),
                            verify_note=self._verify_note(study_dir),
-                           control_note=self._control_note())
+                           control_note=self._control_note(),
+                           pretrained=data.get("pretrained"), grid_rule=self.grid_rule)
         return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
                               tolerance=self.tolerance, preset=self.preset, facts=facts)
