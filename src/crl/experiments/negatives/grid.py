@@ -109,10 +109,10 @@ GRIDS: dict[str, dict[str, Grid]] = {
 GRIDS["files"] = GRIDS["synthetic"]
 
 # The quick preset for a pretrained transformer (``model.kind: transformer``), whatever the data:
-# a run of one costs about 60 CPU-s per 1,000 samples with the top 2 of MiniLM's 6 layers
-# trained and the bottom cached (a full fine-tune about 3 times that; benchmarks/README.md,
-# section "benchmarks/frozen.py"), so the data set's quick grid (16,000 samples per run, 7
-# fractions: about 80 runs) would take days on 2 cores. This one fits in about 30 minutes there.
+# one run of 512 samples costs about 55 CPU-s with the top 2 of MiniLM's 6 layers trained and
+# the bottom cached, 135 CPU-s fine-tuned in full (benchmarks/README.md, section
+# "benchmarks/frozen.py"), so the data set's quick grid (16,000 samples per run, 7 fractions:
+# about 80 runs) would take days on 2 cores. This one (42 runs) takes about half an hour there.
 TRANSFORMER_GRIDS: dict[str, Grid] = {
     "quick": Grid((256, 768, 2048), (0.01, 0.05, 0.2, 1.0), (0, 1), 512, 32),
 }
@@ -135,12 +135,13 @@ def preset_grid(kind: str, preset: str, model_kind: str | None) -> tuple[Grid, s
         return data_grid, None
     grid = TRANSFORMER_GRIDS[preset]
     reason = (f"The {preset} preset's grid for a pretrained transformer differs from the "
-              f"{kind} one ({data_grid.training_text()}, {len(data_grid.fractions)} fractions, "
-              f"{len(data_grid.seeds)} seeds): a transformer run costs about 60 CPU-s per "
-              "1,000 samples with its top 2 layers trained (benchmarks/frozen.py), so it "
-              f"trains {grid.training_text()} at batch {grid.batch_size} over "
-              f"{len(grid.fractions)} fractions and {len(grid.seeds)} seeds, without "
-              "refinement, to finish in about 30 minutes on 2 CPU cores (docs/negatives.md).")
+              f"one for {kind} data ({data_grid.training_text()}, "
+              f"{len(data_grid.fractions)} fractions, {len(data_grid.seeds)} seeds): a run of "
+              "all-MiniLM-L6-v2 costs about 55 CPU-s per 512 samples with its top 2 layers "
+              f"trained (benchmarks/frozen.py), so it trains {grid.training_text()} at batch "
+              f"{grid.batch_size} over {len(grid.fractions)} fractions and {len(grid.seeds)} "
+              "seeds, without refinement, to finish in about 30 minutes on 2 CPU cores "
+              "(docs/negatives.md).")
     return grid, reason
 
 
