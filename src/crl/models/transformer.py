@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from crl._unpickling import refused_request, unpickler_reason
-from crl.errors import CrlTypeError, CrlValueError
+from crl.errors import CrlError, CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
 from crl.models.frozen_cache import (
@@ -301,6 +301,13 @@ def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:
     return cfg.resolved_embed_dim()
 
 
+def _bundled_dir() -> Path | None:
+    try:
+        return resolve_model_dir(None)
+    except CrlError:  # the package of the bundled model is not installed
+        return None
+
+
 def describe_pretrained(cfg: ModelConfig) -> dict[str, Any]:
     """What a ``model.kind: transformer`` config trains, for reports: the pretrained model
     (``name``: the bundled all-MiniLM-L6-v2 or the directory's name; ``path``; ``model_type``),
@@ -318,7 +325,7 @@ def describe_pretrained(cfg: ModelConfig) -> dict[str, Any]:
         config = {}
     config = config if isinstance(config, dict) else {}
     layers = config.get("num_hidden_layers", config.get("n_layers"))
-    bundled = cfg.pretrained is None or model_dir == resolve_model_dir(None)
+    bundled = cfg.pretrained is None or model_dir == _bundled_dir()
     name = "all-MiniLM-L6-v2 (bundled)" if bundled else (
         model_dir.parent.name if model_dir.name.endswith("Transformer") else model_dir.name)
     frozen = int(cfg.freeze_layers)
