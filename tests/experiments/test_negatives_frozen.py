@@ -83,6 +83,8 @@ def test_the_report_names_the_model_and_what_was_frozen(tmp_path: Path,
     assert facts["path"] == str(tiny_bert) and facts["name"] == tiny_bert.name
     assert (facts["layers"], facts["frozen_layers"], facts["trained_layers"]) == (2, 1, 1)
     assert facts["frozen_cached"] is True and facts["model_type"] == "bert"
+    words = json.loads((study_dir / "data.json").read_text())["frozen"]
+    assert "the embeddings and layer 1 frozen (computed once per text and cached)" in words
     numbers = json.loads((study_dir / "analysis.json").read_text())["numbers"]
     assert numbers["pretrained"] == facts and numbers["grid_rule"] is None
     page = (study_dir / "report.html").read_text()

@@ -51,9 +51,10 @@ def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@
         facts["baseline"] = _untrained_metric(cfg, metric)
         facts["baseline_label"] = PRETRAINED[kind]
     if kind == "transformer":
-        from crl.models.transformer import describe_pretrained
+        from crl.models.transformer import describe_pretrained, pretrained_text
 
         facts["pretrained"] = describe_pretrained(cfg.model)
+        facts["frozen"] = pretrained_text(facts["pretrained"])  # the set-up's "Frozen:" words
     return facts
 
 
