@@ -58,6 +58,18 @@ def test_config_and_every_override_through_the_cli(tmp_path: Path) -> None:
     assert "The grid is custom: --ns, --fractions, --seeds" in page
 
 
+def smoke_study(config: Path, out: Path) -> Path:
+    """``crl study negatives --preset smoke --config CONFIG`` at n = 32, 64, one seed, two
+    fractions; returns the study directory."""
+    result = runner.invoke(app, ["study", "negatives", "--preset", "smoke", "--config",
+                                 str(config), "--ns", "32,64", "--seeds", "0", "--fractions",
+                                 "0.25,1", "--budget", "64", "--batch-size", "16",
+                                 "--refine-runs", "0", "--out", str(out), "--workers", "1",
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return out / "negatives"
+
+
 def _text_pairs(path: Path, count: int = 300) -> Path:
     words = ["parse", "file", "return", "list", "value", "open", "read", "sort", "join", "split"]
     with open(path, "w") as handle:
@@ -163,13 +175,7 @@ def test_a_pretrained_transformer_config_gets_its_zero_shot_baseline(
               "loss": {"name": "gcl", "temperature": 0.1}, "optim": {"lr": 1e-3}}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = runner.invoke(app, ["study", "negatives", "--preset", "smoke", "--config",
-                                 str(path), "--ns", "32,64", "--seeds", "0", "--fractions",
-                                 "0.25,1", "--budget", "64", "--batch-size", "16",
-                                 "--refine-runs", "0", "--out", str(tmp_path / "s"),
-                                 "--workers", "1", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    study_dir = tmp_path / "s" / "negatives"
+    study_dir = smoke_study(path, tmp_path / "s")
     facts = json.loads((study_dir / "data.json").read_text())
     assert facts["model_kind"] == "transformer" and "zero-shot" in facts["baseline_label"]
     test = load_data(load_config(str(path)).data, progress=False).test

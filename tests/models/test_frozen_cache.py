@@ -1,7 +1,8 @@
 """The frozen bottom of a transformer cached on content (:mod:`crl.models.frozen_cache`): on a
 tiny BERT with its first layer frozen, the cached encoder gives the uncached one's embeddings,
-loss and gradients (the frozen part without dropout, as the cache runs it), computes each text
-once, is shared by encoders of the same model and refuses what it cannot serve."""
+loss and gradients (the frozen part without dropout, cached or not), computes each text once,
+is shared by encoders of the same model (every encoder built takes its process's cache) and
+refuses what it cannot serve."""
 
 from __future__ import annotations
 
@@ -43,12 +44,10 @@ def _encoders(model: Any) -> list[TransformerEncoder]:
     return [t.backbone for t in {id(t): t for t in (model.tower_a, model.tower_b)}.values()]
 
 
-def _frozen_eval(model: Any, freeze: int) -> None:
-    """The uncached reference runs its frozen part as the cache does: without dropout."""
+def _uncached(model: Any) -> Any:
     for encoder in _encoders(model):
-        encoder.model.embeddings.eval()
-        for layer in _layers(encoder.model)[:freeze]:
-            layer.eval()
+        encoder.frozen_outputs = None
+    return model
 
 
 def _grads(model: Any, batch: tuple) -> tuple[float, dict[str, torch.Tensor]]:
@@ -61,10 +60,13 @@ def _grads(model: Any, batch: tuple) -> tuple[float, dict[str, torch.Tensor]]:
 
 @pytest.mark.parametrize("freeze", [1, 2])
 def test_cached_equals_uncached(tiny_bert: Path, freeze: int) -> None:
-    plain = _model(tiny_bert, freeze).train()
+    plain = _uncached(_model(tiny_bert, freeze).train())
     cached = copy.deepcopy(plain)
     [outputs] = {id(o): o for o in (e.cache_frozen() for e in _encoders(cached))}.values()
-    _frozen_eval(plain, freeze)
+    for encoder in _encoders(plain):  # the frozen part stays in evaluation mode (no dropout)
+        frozen = [encoder.model.embeddings, *_layers(encoder.model)[:freeze]]
+        assert not any(m.training for f in frozen for m in f.modules())
+        assert all(m.training for m in _layers(encoder.model)[freeze:])
     data = plain.prepare(TextPairDataset(TEXTS_A, TEXTS_B))
     xa, xb = data.eval_views()
     batch = (xa, xb, torch.arange(6), torch.full((6,), -1))

@@ -9,15 +9,18 @@ rounding: a text's states are computed in another batch, whose padding can chang
 sums). Padding positions are zeros in the cached states: the attention mask gives them zero
 weight, and mean pooling skips them.
 
-Used through :meth:`crl.models.transformer.TransformerEncoder.cache_frozen`; one
-:class:`FrozenOutputs` may serve every encoder built from the same pretrained directory with the
-same ``k`` (the runs and seeds of a study).
+Every ``model.kind: transformer`` with ``freeze_layers >= 1`` of a supported type uses it: the
+encoder decides once, when it is built (:meth:`crl.models.transformer.TransformerEncoder.__init__`),
+and takes the process's cache of its pretrained directory and ``k`` (:func:`shared_outputs`), so
+every run and seed a process trains (a study's worker, a group of runs) computes a text's frozen
+states once. A copy of an encoder (``copy.deepcopy``: a group's runs) shares its cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,6 +68,14 @@ class FrozenOutputs:
     def __len__(self) -> int:
         return len(self._states)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenOutputs:
+        """A copied encoder shares the cache: its states are a function of the text alone."""
+        return self
+
+    def nbytes(self) -> int:
+        """The memory the cached states take."""
+        return sum(t.numel() * t.element_size() for t in self._states.values())
+
     def states(self, model: nn.Module, layers: nn.ModuleList, layer_owner: tuple[nn.Module, str],
                ids: Tensor, mask: Tensor) -> Tensor:
         """``(B, W, hidden)``: the batch's cached states (``ids``, ``mask`` ``(B, W)``),
@@ -102,6 +113,31 @@ class FrozenOutputs:
         self.computed += len(keys)
 
 
+_SHARED: dict[tuple[tuple[str, int], tuple[tuple[str, int, int], ...]], FrozenOutputs] = {}
+
+
+def _weights_stamp(directory: str) -> tuple[tuple[str, int, int], ...]:
+    """The weight files of ``directory`` as (name, size, mtime): a model saved again in the
+    same place gets a new cache."""
+    found = []
+    for path in sorted(Path(directory).iterdir()) if Path(directory).is_dir() else []:
+        if path.suffix in (".safetensors", ".bin") and path.is_file():
+            stat = path.stat()
+            found.append((path.name, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
+def shared_outputs(identity: tuple[str, int]) -> FrozenOutputs:
+    """This process's cache of the frozen states of ``identity`` (a pretrained directory and
+    ``k``), created on first use and kept for the process's life: every encoder of that model
+    and ``k`` built in the process (the runs and seeds of a study's worker) fills and reads
+    the same one."""
+    key = (identity, _weights_stamp(identity[0]))
+    if key not in _SHARED:
+        _SHARED[key] = FrozenOutputs(identity)
+    return _SHARED[key]
+
+
 def layer_owner(model: nn.Module, paths: tuple[str, ...]) -> tuple[nn.Module, str]:
     """The module holding a transformer's list of layers and its attribute name."""
     for path in paths:
@@ -125,6 +161,12 @@ def top_forward(model: nn.Module, top: nn.ModuleList, owner: tuple[nn.Module, st
     return out
 
 
+def is_supported(model: nn.Module) -> bool:
+    """Whether the cache serves ``model`` exactly (its type is in :data:`SUPPORTED`)."""
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    return kind in SUPPORTED and isinstance(getattr(model, "embeddings", None), nn.Module)
+
+
 def check_supported(model: nn.Module, freeze_layers: int) -> None:
     """Refuse what the cache cannot serve exactly: no frozen layer, or a model type whose
     layers' output is not the model's (:data:`SUPPORTED`).
@@ -135,10 +177,11 @@ def check_supported(model: nn.Module, freeze_layers: int) -> None:
     if freeze_layers < 1:
         raise CrlValueError("cache_frozen: needs model.freeze_layers >= 1 (the frozen part to "
                             f"cache); got {freeze_layers}")
-    kind = getattr(getattr(model, "config", None), "model_type", None)
-    if kind not in SUPPORTED or not isinstance(getattr(model, "embeddings", None), nn.Module):
+    if not is_supported(model):
+        kind = getattr(getattr(model, "config", None), "model_type", None)
         raise CrlValueError(f"cache_frozen: supports model types {', '.join(SUPPORTED)}; got "
                             f"{kind!r}")
 
 
-__all__ = ["SUPPORTED", "FrozenOutputs", "check_supported", "layer_owner", "top_forward"]
+__all__ = ["SUPPORTED", "FrozenOutputs", "check_supported", "is_supported", "layer_owner",
+           "shared_outputs", "top_forward"]

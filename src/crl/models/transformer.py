@@ -21,10 +21,18 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 
 from crl._unpickling import refused_request, unpickler_reason
-from crl.errors import CrlTypeError, CrlValueError
+from crl.errors import CrlError, CrlTypeError, CrlValueError
 from crl.models.config import ModelConfig
 from crl.models.dual import TextFeaturizer
-from crl.models.frozen_cache import FrozenOutputs, check_supported, layer_owner, top_forward
+from crl.models.frozen_cache import (
+    SUPPORTED,
+    FrozenOutputs,
+    check_supported,
+    is_supported,
+    layer_owner,
+    shared_outputs,
+    top_forward,
+)
 from crl.models.towers import Tower, projection_head
 
 Pooling = Literal["mean", "cls"]
@@ -167,6 +175,11 @@ class TransformerEncoder(nn.Module):
         model_dir: A directory with ``config.json`` and weights (see :func:`resolve_model_dir`).
         pooling: ``mean`` or ``cls``.
         freeze_layers: Freeze the embeddings and the first ``k`` layers (0: train everything).
+            The frozen part runs as in evaluation (no dropout) in training too, so it is a
+            function of the text; for a supported model type
+            (:data:`crl.models.frozen_cache.SUPPORTED`) it is then computed once per text, in
+            the process's cache of this directory and ``k``
+            (:func:`~crl.models.frozen_cache.shared_outputs`), decided here, once.
         gradient_checkpointing: Recompute activations in the backward pass (less memory).
 
     Raises:
@@ -205,9 +218,13 @@ class TransformerEncoder(nn.Module):
                 frozen.append(embeddings)
             for module in frozen:
                 module.requires_grad_(False)
+        self._frozen = frozen if freeze_layers else []
         self.freeze_layers = int(freeze_layers)
         self.frozen_outputs: FrozenOutputs | None = None
         self._model_dir = str(model_dir)
+        self.train()  # the frozen part in evaluation mode
+        if freeze_layers and is_supported(self.model):
+            self.cache_frozen(shared_outputs((self._model_dir, self.freeze_layers)))
         if gradient_checkpointing:  # transformers >= 5 names it activation checkpointing
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             if enable is not None:
@@ -215,6 +232,14 @@ class TransformerEncoder(nn.Module):
             else:
                 self.model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def train(self, mode: bool = True) -> TransformerEncoder:
+        """``nn.Module.train``, with the frozen embeddings and layers always in evaluation
+        mode (no dropout: the frozen part is a function of the text, cached or not)."""
+        super().train(mode)
+        for module in getattr(self, "_frozen", ()):
+            module.eval()
+        return self
 
     def cache_frozen(self, outputs: FrozenOutputs | None = None) -> FrozenOutputs:
         """Compute the frozen embeddings and first ``freeze_layers`` layers once per text from
@@ -274,6 +299,65 @@ def _output_dim(cfg: ModelConfig, head: str, width: int) -> int:
             )
         return width
     return cfg.resolved_embed_dim()
+
+
+def _bundled_dir() -> Path | None:
+    try:
+        return resolve_model_dir(None)
+    except CrlError:  # the package of the bundled model is not installed
+        return None
+
+
+def describe_pretrained(cfg: ModelConfig) -> dict[str, Any]:
+    """What a ``model.kind: transformer`` config trains, for reports: the pretrained model
+    (``name``: the bundled all-MiniLM-L6-v2 or the directory's name; ``path``; ``model_type``),
+    its ``layers``, the ``frozen_layers`` (with the embeddings) and ``trained_layers``,
+    whether the frozen part is computed once per text (``frozen_cached``,
+    :mod:`crl.models.frozen_cache`) and the projection ``head``.
+
+    Raises:
+        CrlValueError: as :func:`resolve_model_dir`.
+    """
+    model_dir = resolve_model_dir(cfg.pretrained)
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    layers = config.get("num_hidden_layers", config.get("n_layers"))
+    bundled = cfg.pretrained is None or model_dir == _bundled_dir()
+    name = "all-MiniLM-L6-v2 (bundled)" if bundled else (
+        model_dir.parent.name if model_dir.name.endswith("Transformer") else model_dir.name)
+    frozen = int(cfg.freeze_layers)
+    return {"name": name, "path": str(model_dir), "model_type": config.get("model_type"),
+            "layers": layers, "frozen_layers": frozen,
+            "trained_layers": layers - frozen if isinstance(layers, int) else None,
+            "frozen_cached": bool(frozen) and config.get("model_type") in SUPPORTED,
+            "head": cfg.resolved_head()}
+
+
+def pretrained_text(facts: dict[str, Any]) -> str:
+    """:func:`describe_pretrained`'s facts in one sentence.
+
+    Example:
+        >>> print(pretrained_text({"name": "m", "layers": 6, "frozen_layers": 4, "head": "none",
+        ...                        "frozen_cached": True}))  # doctest: +NORMALIZE_WHITESPACE
+        Pretrained model m (6 layers): the embeddings and layers 1-4 frozen (computed once per
+        text and cached), layers 5-6 trained.
+    """
+    layers, frozen = facts.get("layers"), int(facts.get("frozen_layers") or 0)
+    shown = f" ({layers} layers)" if isinstance(layers, int) else ""
+    if not frozen:
+        return f"Pretrained model {facts['name']}{shown}: every layer fine-tuned, none frozen."
+    top = (f"layers {frozen + 1}-{layers}" if isinstance(layers, int) and layers > frozen + 1
+           else f"layer {frozen + 1}" if layers == frozen + 1 else "no layer")
+    how = (" (computed once per text and cached)" if facts.get("frozen_cached")
+           else " (run at every step: its model type is not cached)")
+    first = "layer 1" if frozen == 1 else f"layers 1-{frozen}"
+    head = facts.get("head")
+    trained = f"{top} and the {head} head" if head not in (None, "none") else top
+    return (f"Pretrained model {facts['name']}{shown}: the embeddings and {first} frozen{how}, "
+            f"{trained} trained.")
 
 
 def transformer_towers(cfg: ModelConfig) -> tuple[nn.Module, nn.Module, TextFeaturizer]:

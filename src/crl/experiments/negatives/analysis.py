@@ -55,6 +55,9 @@ class StudyFacts:
             written in (:mod:`.fragment`).
         embed_dim: The towers' output dimension ``D`` (None: not known), for the memory of
             the in-batch answer (:mod:`.memory`).
+        pretrained: For a pretrained transformer, the model and what was frozen
+            (:func:`crl.models.transformer.describe_pretrained`); None otherwise.
+        grid_rule: Why the preset's grid is not the data set's (None when it is).
     """
 
     setup: Section
@@ -70,6 +73,8 @@ class StudyFacts:
     control_note: str = "was not run (`--control` runs it)."
     run_config: dict[str, Any] = field(default_factory=dict)
     embed_dim: int | None = None
+    pretrained: dict[str, Any] | None = None
+    grid_rule: str | None = None
 
 
 def answer_fragments(result: Answer, facts: StudyFacts
@@ -291,7 +296,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "theory_inner_error": theory, "gains": gains, "test_size": facts.test_size,
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
                "refinement": facts.added, "refinement_runs": distinct_added(facts.added),
-               "refinement_budget": grid.refine_runs}
+               "refinement_budget": grid.refine_runs,
+               "pretrained": facts.pretrained, "grid_rule": facts.grid_rule}
     for regime, rec in numbers["recommendations"].items():  # each restates its training
         rec["budget"] = numbers["budget"]
         found = [v for v in numbers["verify"] if v["regime"] == regime]

@@ -144,6 +144,42 @@ def grid_table() -> str:
                          f"{g.refine_runs} |")
     return "\n".join(lines) + "\n"
 
+# The quick preset for a pretrained transformer (``model.kind: transformer``), whatever the data:
+# one run of 512 samples costs about 55 CPU-s with the top 2 of MiniLM's 6 layers trained and
+# the bottom cached, 135 CPU-s fine-tuned in full (benchmarks/README.md, section
+# "benchmarks/frozen.py"), so the data set's quick grid (16,000 samples per run, 7 fractions:
+# about 80 runs) would take days on 2 cores. This one (42 runs) takes about half an hour there.
+TRANSFORMER_GRIDS: dict[str, Grid] = {
+    "quick": Grid((256, 768, 2048), (0.01, 0.05, 0.2, 1.0), (0, 1), 512, 32),
+}
+
+
+def preset_grid(kind: str, preset: str, model_kind: str | None) -> tuple[Grid, str | None]:
+    """The grid of ``preset`` on data of ``kind`` for a model of ``model_kind``, and why it is
+    not the data set's (None when it is): the quick preset of a pretrained transformer is
+    :data:`TRANSFORMER_GRIDS` (the rule docs/negatives.md states); other presets keep the data
+    set's grid.
+
+    Example:
+        >>> preset_grid("files", "quick", "transformer")[0].budget
+        512
+        >>> preset_grid("files", "quick", "auto")[1] is None
+        True
+    """
+    data_grid = GRIDS[kind][preset]
+    if model_kind != "transformer" or preset not in TRANSFORMER_GRIDS:
+        return data_grid, None
+    grid = TRANSFORMER_GRIDS[preset]
+    reason = (f"The {preset} preset's grid for a pretrained transformer differs from the "
+              f"one for {kind} data ({data_grid.training_text()}, "
+              f"{len(data_grid.fractions)} fractions, {len(data_grid.seeds)} seeds): a run of "
+              "all-MiniLM-L6-v2 costs about 55 CPU-s per 512 samples with its top 2 layers "
+              f"trained (benchmarks/frozen.py), so it trains {grid.training_text()} at batch "
+              f"{grid.batch_size} over {len(grid.fractions)} fractions and {len(grid.seeds)} "
+              "seeds, without refinement, to finish in about 30 minutes on 2 CPU cores "
+              "(docs/negatives.md).")
+    return grid, reason
+
 
 def override_grid(grid: Grid, *, ns: Sequence[int] | None = None,
                   fractions: Sequence[float] | None = None, seeds: Sequence[int] | None = None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from crl.errors import CrlValueError
 from crl.experiments.metrics import metric_value
-from crl.experiments.negatives.grid import DATA_WORDS, GRID_FLAGS, GRIDS, Grid, grid_changes
+from crl.experiments.negatives.grid import DATA_WORDS, GRID_FLAGS, Grid, grid_changes
 from crl.experiments.negatives.setup_model import model_text
 from crl.experiments.negatives.userdata import span_text
 from crl.experiments.study import Section, Table
@@ -50,6 +50,11 @@ def check_data(config: dict[str, Any], ns: Sequence[int], metric: str = "recall@
     if kind in PRETRAINED:
         facts["baseline"] = _untrained_metric(cfg, metric)
         facts["baseline_label"] = PRETRAINED[kind]
+    if kind == "transformer":
+        from crl.models.transformer import describe_pretrained, pretrained_text
+
+        facts["pretrained"] = describe_pretrained(cfg.model)
+        facts["frozen"] = pretrained_text(facts["pretrained"])  # the set-up's "Frozen:" words
     return facts
 
 
@@ -100,7 +105,7 @@ def _values(grid: Grid, name: str) -> str:
 def grid_text(study: NegativesStudy, data: dict[str, Any]) -> str:
     """Where the grid comes from: the preset's (fitted to a small file, with the numbers), or a
     custom grid naming what replaced the preset's."""
-    preset, default = study.preset, GRIDS[study.kind][study.preset]
+    preset, default = study.preset, study.chosen_grid
     changed = grid_changes(default, study.preset_grid)
     if changed:
         text = (f"The grid is custom: {', '.join(GRID_FLAGS[c] for c in changed)} replace the "
@@ -117,6 +122,17 @@ def grid_text(study: NegativesStudy, data: dict[str, Any]) -> str:
         text += " " + span_text(preset, data["preset_ns"], data["fitted_ns"],
                                 data["train_size"])
     return text
+
+
+def _pretrained_lines(data: dict[str, Any], grid_rule: str | None) -> list[str]:
+    """The pretrained model and what was frozen (``data.json``'s ``pretrained``), and why the
+    preset's grid is not the data set's."""
+    from crl.models.transformer import pretrained_text
+
+    found = data.get("pretrained")
+    parts = [pretrained_text(found)] if isinstance(found, dict) else []
+    text = " ".join(parts + ([grid_rule] if grid_rule else []))
+    return [text] if text else []
 
 
 def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) -> Section:
@@ -158,6 +174,7 @@ def setup_section(study: NegativesStudy, data: dict[str, Any], distinct: int) ->
          "Every n trains the same number of epochs, so a larger n processes more samples (see "
          "the table); comparisons between m at one n share n, seed and epochs."),
         f"Distinct runs trained: {distinct} (the refinement's included).",
+        *_pretrained_lines(data, study.grid_rule),
     ]
     if data.get("baseline") is None:
         paragraphs.append("The model has no pretrained backbone, so there is no zero-shot "

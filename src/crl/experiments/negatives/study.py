@@ -141,11 +141,15 @@ class NegativesStudy(Study):
             raise CrlValueError(f"study negatives: `--budget` and `--target-samples` are one "
                                 f"option; got {o.budget:,} and {o.target_samples:,}")
         budget = o.target_samples if o.target_samples is not None else o.budget
-        self.grid = grids.override_grid(grids.GRIDS[self.kind][preset], ns=o.ns,
+        chosen, self.grid_rule = grids.preset_grid(self.kind, preset,
+                                                   self.model_section.get("kind"))
+        self.grid = grids.override_grid(chosen, ns=o.ns,
                                         fractions=o.fractions, seeds=o.seeds, budget=budget,
                                         batch_size=o.batch_size, refine_runs=o.refine_runs,
                                         target_epochs=o.target_epochs)
-        #: The grid before it is fitted to a file (:meth:`check`).
+        #: The preset's own grid for this data and model, and the grid before it is fitted to
+        #: a file (:meth:`check`).
+        self.chosen_grid = chosen
         self.preset_grid = self.grid
         self.verify = preset in VERIFY_PRESETS if o.verify is None else o.verify
         self.control = preset in CONTROL_PRESETS if o.control is None else o.control
@@ -172,7 +176,7 @@ class NegativesStudy(Study):
 
     def title(self) -> str:
         """``crl study negatives (quick)``; a custom grid or a span fitted to the file says so."""
-        if grids.grid_changes(grids.GRIDS[self.kind][self.preset], self.preset_grid):
+        if grids.grid_changes(self.chosen_grid, self.preset_grid):
             return f"crl study negatives (custom grid, from the {self.preset} preset)"
         if self.grid.ns != self.preset_grid.ns:
             return f"crl study negatives ({self.preset}, n scaled to the file)"
@@ -393,6 +397,7 @@ class NegativesStudy(Study):
                            verify=verify_results(self, rows),
                            verify_note=verify_note(self, study_dir),
                            control_note=control_note(self), run_config=config,
-                           embed_dim=embedding_dim(config["model"], kind))
+                           embed_dim=embedding_dim(config["model"], kind),
+                           pretrained=data.get("pretrained"), grid_rule=self.grid_rule)
         return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
                               tolerance=self.tolerance, preset=self.preset, facts=facts)
