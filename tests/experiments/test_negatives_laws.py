@@ -114,6 +114,17 @@ def test_backtest_flags_a_largest_cell_off_the_law() -> None:
     assert good is not None and good.agrees is True
 
 
+def test_three_cells_backtest_from_two_gives_an_open_prediction() -> None:
+    # three swept n (the transformer quick grid's): the backtest fits two cells, whose line
+    # leaves no degree of freedom for its interval; it must say so, not fail on a NaN bound
+    cells = _law_cells(0.5, 0.0)[:3]
+    law = fit_law(cells[:2], "independent")
+    point, low, high = law.predict(cells[2].n) or (math.nan, math.nan, math.nan)
+    assert math.isfinite(point) and (low, high) == (0.0, math.inf)
+    test = backtest(cells, "independent")
+    assert test is not None and test.agrees is None and "not bounded" in test.reason
+
+
 def test_likelihood_gradient_matches_finite_differences() -> None:
     obs = [Observation(100, True, 2.0, 0.1, 2.0, 2.0), Observation(400, True, 3.1, 0.2, 3.1, 3.1),
            Observation(1600, False, math.nan, 0.1, 3.5, math.inf),

@@ -170,13 +170,20 @@ def _maximise(obs: list[Observation], fixed: dict[str, float]) -> tuple[float, d
 
 
 def _threshold(k: int) -> float:
-    """The profile-likelihood drop of a 95% interval with ``k`` cells (module docstring)."""
+    """The profile-likelihood drop of a 95% interval with ``k`` cells (module docstring); inf
+    with 2 cells or fewer, where a line and its scale leave no degree of freedom (the F
+    quantile is undefined) and no interval closes."""
+    if k <= 2:
+        return math.inf
     return k * math.log1p(sps.f.ppf(0.95, 1, k - 2) / (k - 2))
 
 
 def _profile(obs: list[Observation], key: str, centre: float, top: float, thr: float,
              extra: dict[str, float], step: float) -> tuple[float, float]:
     """The 95% profile interval of ``key`` around ``centre`` (inf where it does not close)."""
+    if not math.isfinite(thr):
+        return -math.inf, math.inf
+
     def drop(v: float) -> float:
         return 2 * (top - _maximise(obs, extra | {key: v})[0]) - thr
 
