@@ -215,6 +215,12 @@ def _cli_pretrained(make: Callable[[Path], Path]) -> Callable[[Path], list[str]]
     return setup
 
 
+def _tiny_bert(tmp: Path) -> Path:
+    from tiny_bert import write_tiny_bert
+
+    return write_tiny_bert(tmp / "tiny-bert")
+
+
 def _shell_checkpoint_run(tmp: Path, protocol: int | None = None) -> Path:
     """A stopped run whose checkpoint.pt would run ``touch tmp/pwned`` if trusted (written by
     torch.save, or by ``pickle.dumps`` with ``protocol``)."""
@@ -696,6 +702,12 @@ CASES: list[Case] = [
          "whose `model.safetensors` is cut to half", CrlValueError,
          "offline (SafetensorError: Error while deserializing header",
          "re-save or copy the model again", cli=_cli_pretrained(bad.truncated_safetensors)),
+    Case("cli-max-seq-length-over-positions", "CLI", "`crl train` on a tiny BERT of 64 "
+         "positions with `model.max_seq_length=128`", CrlValueError,
+         "model.max_seq_length: must be at most the model's 64 positions",
+         "give a max_seq_length the model was trained for (its max_position_embeddings)",
+         cli=lambda tmp: [*_cli_pretrained(_tiny_bert)(tmp), "--set",
+                          "model.max_seq_length=128"]),
     Case("cli-unwritable-out", "CLI", "`crl train ... --out DIR` where DIR cannot be created "
          "(below a regular file)", NotADirectoryError, "Not a directory; check the path",
          "choose a writable --out",

@@ -126,6 +126,12 @@ class TransformerTokenizer:
         except (OSError, ValueError) as exc:
             raise CrlValueError(f"model.pretrained: cannot load the tokenizer of {model_dir} "
                                 f"offline ({str(exc).splitlines()[0]})") from None
+        positions = getattr(config, "max_position_embeddings", None)
+        if max_seq_length is not None and isinstance(positions, int) \
+                and max_seq_length > positions:
+            raise CrlValueError(f"model.max_seq_length: must be at most the model's "
+                                f"{positions} positions (max_position_embeddings of "
+                                f"{model_dir}); got {max_seq_length}")
         self.max_seq_length = (max_seq_length if max_seq_length is not None
                                else default_max_seq_length(model_dir, self.tokenizer, config))
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
