@@ -203,12 +203,12 @@ def mined_pairs(train: Any, folder: Path) -> tuple[dict[str, Any], dict[str, Any
     import numpy as np
 
     from crl.data.splits import train_order
+    from crl.eval.encoder import load_encoder
     from crl.mine import MiningOptions, mine_hard_negatives
-    from crl.mine.encoders import MiniLMEncoder
 
     wall = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="crl-mine-cache-") as cache:  # time the encoding
-        mined = mine_hard_negatives(train.a, train.b, MiniLMEncoder(cache_dir=cache),
+        mined = mine_hard_negatives(train.a, train.b, load_encoder("minilm", cache_dir=cache),
                                     options=MiningOptions(**MINING))
     seconds = time.perf_counter() - wall
     kept = [i for i, negs in enumerate(mined.negatives) if negs is not None]
