@@ -63,8 +63,8 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.util import mine_hard_negatives as st_mine
 
+    from crl.eval.encoder import SentenceTransformerEncoder, load_encoder
     from crl.mine import MiningOptions, mine_hard_negatives, select_negatives
-    from crl.mine.encoders import MiniLMEncoder, SentenceTransformerEncoder
     from crl.models.text import minilm_model_dir
 
     anchors, positives = _pairs(args.pairs)
@@ -85,7 +85,7 @@ def main() -> None:
     same = SentenceTransformerEncoder(model, batch_size=32)
     ours, t_same = _timed(lambda: mine_hard_negatives(anchors, positives, same, options=options,
                                                        backend=backend))
-    minilm = MiniLMEncoder(batch_size=32, cache_dir=tempfile.mkdtemp())
+    minilm = load_encoder("minilm", batch_size=32, cache_dir=tempfile.mkdtemp())
     _, t_minilm = _timed(lambda: mine_hard_negatives(anchors, positives, minilm,
                                                       options=options, backend=backend))
     texts = list(dict.fromkeys(positives))

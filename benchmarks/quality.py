@@ -208,7 +208,11 @@ def minilm_comparison(entries: dict[str, Any], margin: float = 0.01) -> dict[str
                                  "gcl_pos_b16_vs_crl_b64": ("crl_gcl_pos_b16",
                                                             "crl_clip_b64"),
                                  "matryoshka_b64_vs_crl_b64": ("crl_clip_b64_matryoshka",
-                                                               "crl_clip_b64")}.items():
+                                                               "crl_clip_b64"),
+                                 "mined_b16_vs_clip_b16": ("crl_clip_b16_mined", "crl_clip_b16"),
+                                 "guide_b16_vs_clip_b16": ("crl_clip_b16_guide", "crl_clip_b16"),
+                                 "matryoshka_b16_vs_clip_b16": ("crl_clip_b16_matryoshka",
+                                                                "crl_clip_b16")}.items():
         a, b = entries.get(ours, {}).get("hits@1"), entries.get(theirs, {}).get("hits@1")
         if a is None or b is None:
             continue

@@ -22,7 +22,18 @@ code and code -> docstring, among those pairs):
 - ``crl_gcl_pos_b16`` (optional): GCL at batch 16 with ``loss.gcl.include_positive: true`` (the
   InfoNCE form; on a first visit, InfoNCE's gradient), temperature 0.05;
 - ``crl_clip_b64_matryoshka`` (optional): ``crl_clip_b64`` with ``loss.matryoshka`` at
-  :data:`MATRYOSHKA_DIMS` (weights 1), sentence-transformers' usual prefixes of a 384-dim model.
+  :data:`MATRYOSHKA_DIMS` (weights 1), sentence-transformers' usual prefixes of a 384-dim model;
+- ``crl_clip_b16_mined`` (optional): ``crl_clip_b16`` trained on the same pairs, in the same
+  order, each with one hard negative mined by frozen MiniLM (``crl.mine.mine_hard_negatives``,
+  :data:`MINING`: the 50 best-scoring positives of the other training pairs, those scored
+  above 95% of the pair's own positive dropped, the best left kept; sentence-transformers'
+  ``mine_hard_negatives(range_max=50, relative_margin=0.05, num_negatives=1)``); a pair
+  without one is left out, and the mining time is reported apart (``mining``);
+- ``crl_clip_b16_guide`` (optional): ``crl_clip_b16`` with ``loss.guide`` (frozen MiniLM,
+  :data:`GUIDE`: absolute margin 0, ``GISTEmbedLoss``'s default: an in-batch negative the
+  guide scores above the pair's positive is masked);
+- ``crl_clip_b16_matryoshka`` (optional): ``crl_clip_b16`` with ``loss.matryoshka`` at
+  :data:`MATRYOSHKA_DIMS`.
 
 Every crl entry also reports ``prefix_metrics``: the retrieval metrics of the first ``d``
 coordinates (renormalised) for each ``d`` of :data:`MATRYOSHKA_DIMS`, so the Matryoshka entry
@@ -58,8 +69,13 @@ from crl.eval.prefixes import prefix_retrieval_metrics
 from crl.models.text import minilm_model_dir
 
 ENTRIES = ("frozen", "sentence_transformers", "crl_clip_b64", "crl_gcl_b16", "crl_clip_b16",
-           "crl_gcl_b16_tau07", "crl_gcl_pos_b16", "crl_clip_b64_matryoshka")
+           "crl_gcl_b16_tau07", "crl_gcl_pos_b16", "crl_clip_b64_matryoshka",
+           "crl_clip_b16_mined", "crl_clip_b16_guide", "crl_clip_b16_matryoshka")
 MATRYOSHKA_DIMS = (384, 256, 128, 64)
+#: ``crl_clip_b16_mined``'s mining options (``crl.mine.MiningOptions``).
+MINING = {"num_negatives": 1, "range_max": 50, "relative_margin": 0.05}
+#: ``crl_clip_b16_guide``'s ``loss.guide`` section.
+GUIDE = {"model": "minilm", "margin": 0.0, "margin_strategy": "absolute"}
 MAX_SEQ_LENGTH = 128
 LR = 2e-5
 WARMUP = 0.1
@@ -146,10 +162,13 @@ def sentence_transformers(train_pairs: int, test_pairs: int) -> dict[str, Any]:
 
 
 def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.05,
-               include_positive: bool = False, matryoshka: bool = False) -> dict[str, Any]:
+               include_positive: bool = False, matryoshka: bool = False,
+               guide: bool = False, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """The crl run config of an entry (written to YAML and read by ``crl.train.load_config``);
     ``temperature`` and ``include_positive`` are GCL's (the CLIP loss learns its scale from
-    1/0.07); ``matryoshka``: ``loss.matryoshka`` at :data:`MATRYOSHKA_DIMS`."""
+    1/0.07); ``matryoshka``: ``loss.matryoshka`` at :data:`MATRYOSHKA_DIMS`; ``guide``:
+    ``loss.guide`` as :data:`GUIDE`; ``data``: the data section (None: pycode's first
+    ``train_pairs``)."""
     steps = train_pairs // batch
     loss_section: dict[str, Any] = ({"name": "clip"} if loss == "clip" else
                                     {"name": "gcl", "temperature": temperature,
@@ -158,8 +177,10 @@ def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.0
         loss_section["gcl"] = {"include_positive": True}
     if matryoshka:
         loss_section["matryoshka"] = {"dims": list(MATRYOSHKA_DIMS)}
+    if guide:
+        loss_section["guide"] = dict(GUIDE)
     return {
-        "data": {"name": "pycode", "num_train": train_pairs},
+        "data": data or {"name": "pycode", "num_train": train_pairs},
         "model": {"kind": "transformer", "max_seq_length": MAX_SEQ_LENGTH, "pooling": "mean"},
         "loss": loss_section,
         "optim": {"name": "adamw", "lr": LR, "weight_decay": 0.0,
@@ -171,10 +192,52 @@ def crl_config(loss: str, batch: int, train_pairs: int, temperature: float = 0.0
     }
 
 
+def mined_pairs(train: Any, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``train``'s pairs with one hard negative each, mined by frozen MiniLM with
+    :data:`MINING`, written to ``folder/mined.jsonl`` (columns ``a``, ``b``, ``negative_1``)
+    so that crl reads them back as its training split in ``train``'s order: ``data.name:
+    files`` puts row ``P[i]`` of the file ``i``-th, ``P`` being its seeded training order of
+    that many rows, so pair ``i`` is written to row ``P[i]``. Pairs without a negative are
+    left out (the others keep their order). Returns the data section and what the mining
+    did (its time, its options, the pairs kept)."""
+    import numpy as np
+
+    from crl.data.splits import train_order
+    from crl.eval.encoder import load_encoder
+    from crl.mine import MiningOptions, mine_hard_negatives
+
+    wall = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="crl-mine-cache-") as cache:  # time the encoding
+        mined = mine_hard_negatives(train.a, train.b, load_encoder("minilm", cache_dir=cache),
+                                    options=MiningOptions(**MINING))
+    seconds = time.perf_counter() - wall
+    kept = [i for i, negs in enumerate(mined.negatives) if negs is not None]
+    order = train_order(np.arange(len(kept)), 0, None)
+    rows: list[str] = [""] * len(kept)
+    for i, row in zip(kept, order.tolist(), strict=True):
+        negs = mined.negatives[i]
+        assert negs is not None
+        rows[row] = json.dumps({"a": train.a[i], "b": train.b[i], "negative_1": negs[0]})
+    (folder / "mined.jsonl").write_text("\n".join(rows) + "\n")
+    # crl needs a validation and a test file; the run stops before evaluating either
+    (folder / "held.jsonl").write_text("\n".join(rows[:64]) + "\n")
+    scores = mined.scores[:, 0][~mined.scores[:, 0].isnan()]
+    report = {"seconds": seconds, "options": MINING, "model": "minilm (frozen, 256 tokens)",
+              "corpus_size": mined.corpus_size, "pairs_in": len(train), "pairs_kept": len(kept),
+              "skipped": mined.skipped, "negative_score_mean": float(scores.mean()),
+              "positive_score_mean": float(mined.positive_scores.mean())}
+    files = {"path": str(folder / "mined.jsonl"), "val_path": str(folder / "held.jsonl"),
+             "test_path": str(folder / "held.jsonl"),
+             "columns": {"a": "a", "b": "b", "negatives": ["negative_1"]}}
+    return {"name": "files", "files": files}, report
+
+
 def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
               temperature: float = 0.05, include_positive: bool = False,
-              matryoshka: bool = False) -> dict[str, Any]:
-    """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored."""
+              matryoshka: bool = False, guide: bool = False,
+              mined: bool = False) -> dict[str, Any]:
+    """crl's own trainer, fine-tuning the transformer end to end; then its checkpoint scored.
+    ``mined``: on :func:`mined_pairs` of the same training pairs."""
     import yaml
 
     from crl.rundir import CHECKPOINT_FILE
@@ -182,29 +245,41 @@ def crl_entry(loss: str, batch: int, train_pairs: int, test_pairs: int,
     from crl.train.checkpoint import load_checkpoint
     from crl.train.evaluation import encode_split
 
-    _, test = _splits(train_pairs, test_pairs)
-    steps = train_pairs // batch
+    train, test = _splits(train_pairs, test_pairs)
+    extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="crl-quality-") as tmp:
+        data = None
+        if mined:
+            data, extra["mining"] = mined_pairs(train, Path(tmp))
+            train_pairs = extra["mining"]["pairs_kept"]
+        steps = train_pairs // batch
         path = Path(tmp) / "config.yaml"
-        config = crl_config(loss, batch, train_pairs, temperature, include_positive, matryoshka)
+        config = crl_config(loss, batch, train_pairs, temperature, include_positive, matryoshka,
+                            guide, data)
         path.write_text(yaml.safe_dump(config))
         cfg = load_config(path)
+        if mined:  # the same pairs as crl_clip_b16's, in its order
+            back = load_data(cfg.data, progress=False).train
+            reread = list(zip(back.a, back.b, strict=True))
+            present = set(reread)
+            kept = [pair for pair in zip(train.a, train.b, strict=True) if pair in present]
+            assert reread == kept, "the mined pairs are not read back in crl_clip_b16's order"
         wall = time.perf_counter()
         result = fit(cfg, Path(tmp) / "run", progress=False, stop_at=steps)
         train_seconds = time.perf_counter() - wall
         metrics_file = Path(tmp) / "run" / "metrics.jsonl"
         lines = metrics_file.read_text().splitlines() if metrics_file.exists() else []
         state = load_checkpoint(Path(tmp) / "run" / CHECKPOINT_FILE, config_hash=config_hash(cfg))
-    wall = time.perf_counter()
-    built = build_run(cfg, torch.device("cpu"))
-    built.model.load_state_dict(state["model"])
+        wall = time.perf_counter()
+        built = build_run(cfg, torch.device("cpu"))  # (reads the mined file, if any)
+        built.model.load_state_dict(state["model"])
     za, zb = encode_split(built.model, built.model.prepare(test), batch_size=64)
     scores, hits = _scored(za, zb)
     prefixes = prefix_retrieval_metrics(za, zb, MATRYOSHKA_DIMS, normalize=True, ks=list(KS))
     return {"train_seconds": train_seconds, "steps": result.step,
             "eval_seconds": time.perf_counter() - wall, "num_test": len(test),
             "config": config, "metrics": scores, "prefix_metrics": prefixes,
-            "hits@1": hits,
+            "hits@1": hits, **extra,
             "last_log": json.loads(lines[-1]) if lines else None}
 
 
@@ -225,6 +300,12 @@ def run(entry: str, train_pairs: int, test_pairs: int) -> dict[str, Any]:
         return crl_entry("gcl", 16, train_pairs, test_pairs, include_positive=True)
     if entry == "crl_clip_b64_matryoshka":
         return crl_entry("clip", 64, train_pairs, test_pairs, matryoshka=True)
+    if entry == "crl_clip_b16_mined":
+        return crl_entry("clip", 16, train_pairs, test_pairs, mined=True)
+    if entry == "crl_clip_b16_guide":
+        return crl_entry("clip", 16, train_pairs, test_pairs, guide=True)
+    if entry == "crl_clip_b16_matryoshka":
+        return crl_entry("clip", 16, train_pairs, test_pairs, matryoshka=True)
     raise SystemExit(f"unknown entry {entry!r}; choose from {', '.join(ENTRIES)}")
 
 

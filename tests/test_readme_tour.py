@@ -1,6 +1,7 @@
 """Every Python snippet of the README runs as written, on its own, twice in a row, and what its
 comments claim holds (the first: losses, negative sets, GCL, a rank's share; the second: the
-calibration bound and m*; the third: a training run and retrieval metrics)."""
+calibration bound and m*; the third: a training run and retrieval metrics; the fourth: mining,
+qrels, the guide and Matryoshka)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def _run(block: str) -> tuple[dict[str, Any], list[str]]:
     return ns, out.getvalue().splitlines()
 
 
-def test_the_readme_has_three_snippets() -> None:
-    assert len(BLOCKS) == 3, "a new README snippet needs its checks here"
+def test_the_readme_has_four_snippets() -> None:
+    assert len(BLOCKS) == 4, "a new README snippet needs its checks here"
 
 
 def test_the_loss_and_negatives_tour_runs() -> None:
@@ -78,3 +79,20 @@ def test_the_training_tour_runs_twice(tmp_path: Path, monkeypatch: pytest.Monkey
     assert again["result"].finished and printed_again[0] == printed[0]
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [run_dir.name]
+
+
+def test_the_retrieval_loop_tour_runs() -> None:
+    ns, printed = _run(BLOCKS[3])
+    assert printed[0] == "(200, 2) True"  # "(200, 2) rows of doc ids, never the positive"
+    hard, scores, queries, docs = ns["hard"], ns["scores"], ns["queries"], ns["docs"]
+    positive = (queries * docs[:200]).sum(dim=1, keepdim=True)  # (200, 1)
+    assert bool((scores <= 0.95 * positive).all())  # "those above 95% of the positive's dropped"
+    torch.testing.assert_close(scores, (queries[:, None] * docs[hard]).sum(-1))
+    ndcg, recall = (float(v) for v in printed[1].split())
+    assert ndcg > 0.99 and recall == 1.0  # "> 0.99 and 1.0 here"
+    assert printed[2] == "False False True"  # the duplicate masked both ways, doc 2 kept
+    assert printed[3] == "True"  # the guided loss is lower
+    nested, by_hand = (float(v) for v in printed[4].split())
+    assert nested == pytest.approx(by_hand, rel=1e-6)  # "the same number twice"
+    prefix, full = (float(v) for v in printed[5].split())
+    assert prefix < full  # "lower on 16"

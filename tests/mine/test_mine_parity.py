@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from crl.mine import MiningOptions, load_text_encoder, mine_hard_negatives
+from crl.eval.encoder import SentenceTransformerEncoder
+from crl.mine import MiningOptions, mine_hard_negatives
 
 # Margins of exactly 0 are left out: a candidate that scores the positive's own score (the same
 # text) is then kept or dropped by the last bit of two encodings' rounding (it failed once in a
@@ -49,7 +50,7 @@ def peer_model(st_model_dir: Path):
 
 @pytest.fixture(scope="module")
 def encoder(st_model_dir: Path) -> Memo:
-    return Memo(load_text_encoder(st_model_dir, batch_size=32))
+    return Memo(SentenceTransformerEncoder.load(st_model_dir, batch_size=32))  # the peer's own
 
 
 def peer_negatives(model, anchors: list[str], positives: list[str],

@@ -43,12 +43,13 @@ def mine(
     Example: crl mine pairs.jsonl --model minilm --out mined.jsonl --relative-margin 0.05
     """
     from crl.data.config import ColumnsConfig
-    from crl.mine import MiningOptions, load_text_encoder, mine_file
+    from crl.eval.encoder import load_encoder
+    from crl.mine import MiningOptions, mine_file
 
     options = MiningOptions(num_negatives, range_min, range_max, margin, relative_margin,
                             max_score, min_score)
-    encoder = load_text_encoder(model, device=device, batch_size=batch_size,
-                                trusted_factories=trusted_factories(trust_factory))
+    encoder = load_encoder(model, device=device, batch_size=batch_size,
+                           trusted_factories=trusted_factories(trust_factory))
     report = mine_file(data, encoder, out, columns=ColumnsConfig(a=a, b=b), options=options,
                        prefix=prefix, backend=backend, device=device,  # type: ignore[arg-type]
                        batch_size=batch_size)

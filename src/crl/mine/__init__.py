@@ -5,10 +5,11 @@
 - :func:`select_negatives`: the same on embeddings;
 - :func:`mine_file`: a user's table in, the same table with ``negative_1..H`` columns out;
 - :func:`top_candidates`: the exact blockwise (or faiss) top-k search under them;
-- :func:`load_text_encoder`: ``minilm``, a run directory or a sentence-transformers directory.
+- the model: any :class:`~crl.eval.encoder.TextEncoder`, or what
+  :func:`crl.eval.encoder.load_encoder` loads (``minilm``, a run directory, a model directory).
 """
 
-from crl.mine.encoders import TextEncoder, load_text_encoder
+from crl.eval.encoder import TextEncoder
 from crl.mine.files import MineReport, mine_file
 from crl.mine.mining import MinedNegatives, MiningOptions, mine_hard_negatives, select_negatives
 from crl.mine.search import Candidates, faiss_available, top_candidates
@@ -20,7 +21,6 @@ __all__ = [
     "MiningOptions",
     "TextEncoder",
     "faiss_available",
-    "load_text_encoder",
     "mine_file",
     "mine_hard_negatives",
     "select_negatives",

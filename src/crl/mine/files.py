@@ -16,7 +16,7 @@ from crl.data.config import ColumnsConfig
 from crl.data.files import read_text_table
 from crl.data.files.columns import texts_of_column
 from crl.errors import CrlValueError
-from crl.mine.encoders import TextEncoder
+from crl.eval.encoder import TextEncoder
 from crl.mine.mining import MinedNegatives, MiningOptions, mine_hard_negatives
 from crl.mine.search import Backend
 from crl.rundir import atomic_write

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from crl._validation import describe
 from crl.errors import CrlValueError
-from crl.mine.encoders import TextEncoder, load_text_encoder
+from crl.eval.encoder import TextEncoder, load_encoder
 from crl.mine.search import Backend, top_candidates
 
 
@@ -186,9 +186,9 @@ def mine_hard_negatives(anchors: Sequence[str], positives: Sequence[str],
     Args:
         anchors: ``R`` anchor texts (queries; repeated anchors share their positives).
         positives: ``R`` positive texts (documents).
-        model: A :class:`~crl.mine.encoders.TextEncoder`, or what
-            :func:`~crl.mine.encoders.load_text_encoder` loads (``"minilm"``, a run directory,
-            a sentence-transformers directory).
+        model: A :class:`~crl.eval.encoder.TextEncoder`, or what
+            :func:`~crl.eval.encoder.load_encoder` loads (``"minilm"``, a run directory,
+            a sentence-transformers or Hugging Face model directory).
         corpus: Further candidate texts (None: the positives only).
         options: The filters (None: :class:`MiningOptions` defaults).
         backend: ``"auto"`` (faiss when installed), ``"torch"`` or ``"faiss"``.
@@ -207,7 +207,7 @@ def mine_hard_negatives(anchors: Sequence[str], positives: Sequence[str],
     if len(anchors) != len(positives) or not anchors:
         raise CrlValueError(f"mine: `anchors` and `positives` must be non-empty and of the same "
                             f"length; got {len(anchors)} and {len(positives)}")
-    encoder = (load_text_encoder(model, device=device, batch_size=batch_size)
+    encoder = (load_encoder(model, device=device, batch_size=batch_size)
                if isinstance(model, (str, Path)) else model)
     texts = list(dict.fromkeys([*(corpus or []), *positives]))  # distinct, first-seen order
     row_of = {text: i for i, text in enumerate(texts)}

@@ -138,7 +138,7 @@ def build_guide(cfg: GuideOptions, train: Any, *, device: torch.device,
     Raises:
         CrlValueError: for data that is not text, or a ``model`` that names no encoder.
     """
-    from crl.mine.encoders import encoder_kind, load_text_encoder
+    from crl.eval.encoder import encoder_kind, load_encoder
 
     if not train.is_text:
         raise CrlValueError("loss.guide needs text pairs (its model scores texts); the data "
@@ -146,8 +146,8 @@ def build_guide(cfg: GuideOptions, train: Any, *, device: torch.device,
     encoder_kind(cfg.model, where="loss.guide.model")  # a bad path fails now, not at step 1
 
     def embed() -> GuideEmbeddings:
-        encoder = load_text_encoder(cfg.model, where="loss.guide.model", device=str(device),
-                                    batch_size=cfg.batch_size, cache_dir=cache_dir)
+        encoder = load_encoder(cfg.model, where="loss.guide.model", device=str(device),
+                               batch_size=cfg.batch_size, cache_dir=cache_dir)
         with torch.no_grad():
             a, b = encoder.encode_queries(train.a), encoder.encode_documents(train.b)
             rows = train.hard_negative_views()
