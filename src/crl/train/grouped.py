@@ -8,7 +8,10 @@ group step (:class:`~crl.train.steps.GroupStep`): one backward pass of their sum
 towers run in one of two ways (:mod:`crl.train.steps.towers`):
 
 - ``batched=True``: one forward pass of the stacked towers (:class:`StackedTowers`), only for
-  towers of :data:`EXACT_MODULES`, whose batched gradients are bit for bit one run's;
+  towers of :data:`EXACT_MODULES`, whose batched gradients are bit for bit one run's; and
+  where the runs' objectives are plain GCL with fixed temperatures, their losses in one
+  computation (:func:`crl.losses.gcl_group.grouped_gcl`, chosen here once: the same losses
+  and gradients, bit for bit);
 - ``batched=False``: each run's towers on their own, under the run's RNG stream
   (:class:`SeparateTowers`: any towers, dropout included).
 
@@ -45,6 +48,7 @@ import torch
 from crl import distributed
 from crl.errors import CrlValueError
 from crl.losses import Objective
+from crl.losses.gcl_group import grouped_gcl
 from crl.models import DualEncoder
 from crl.train.build import BuiltRun, build_run, run_objective
 from crl.train.checkpoint import rng_state, same_rng_state, set_rng_state
@@ -128,8 +132,10 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
         configs: The runs' configs (equal :func:`group_key`).
         run_dirs: One empty (or new) run directory per config.
         batched: One forward pass of the stacked towers for all runs (towers of
-            :data:`EXACT_MODULES` only); False: each run's towers on their own (any towers,
-            dropout included), sharing the process, the data and the batches.
+            :data:`EXACT_MODULES` only), and GCL's losses in one computation where
+            :func:`~crl.losses.gcl_group.grouped_gcl` takes them; False: each run's towers
+            and objective on their own (any towers, dropout included), sharing the process,
+            the data and the batches.
         final_checkpoint: Write each run's ``checkpoint.pt`` after its last step (False: for
             runs whose weights are not kept; :class:`~crl.train.trainer.Trainer`).
 
@@ -156,11 +162,14 @@ def fit_group(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path], *,
             builts, rngs = _build(configs, device)
             towers: Towers = StackedTowers([b.model for b in builts]) if batched \
                 else SeparateTowers()
+            losses = grouped_gcl([b.objective for b in builts],
+                                 configs[0].train.batch_size) if batched else None
             runs = [TrainingRun.start(config, stack.enter_context(RunWriter(run_dir, main=True)),
                                       device, built=built, rng=rng)
                     for config, run_dir, built, rng in zip(configs, dirs, builts, rngs,
                                                            strict=True)]
-            return Trainer(runs, GroupStep(towers), final_checkpoint=final_checkpoint).train()
+            return Trainer(runs, GroupStep(towers, losses),
+                           final_checkpoint=final_checkpoint).train()
         finally:
             torch.set_num_threads(threads)
 

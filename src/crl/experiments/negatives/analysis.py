@@ -17,7 +17,6 @@ from crl.experiments.metrics import MetricSpec
 from crl.experiments.negatives import tables, text
 from crl.experiments.negatives.answer import FACTORS, Answer, tolerance_sensitivity
 from crl.experiments.negatives.control import ControlResult, control_text
-from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
 from crl.experiments.negatives.fragment import (
     answer_section,
     closing_text,
@@ -200,6 +199,10 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                    tolerance: Tolerance, preset: str, facts: StudyFacts) -> Analysis:
     """The report sections and key numbers of a negatives study from its result rows (which
     must hold ``spec.name``); figures go to ``study_dir/plots``."""
+    # matplotlib on first use: a study's workers import this module (its tasks hold the
+    # study) and never draw
+    from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
+
     metric, higher, grid = spec.name, spec.higher_is_better, facts.grid
     answers = tolerance_sensitivity(rows, metric, higher, tolerance, facts.target_n)
     result = answers[FACTORS.index(1.0)]

@@ -29,7 +29,9 @@ predicted from the rest (:mod:`.backtest`).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,38 +93,50 @@ def _density_over(z: np.ndarray, log_p: np.ndarray) -> np.ndarray:
     return np.asarray(np.exp(np.minimum(exponent, 700.0)))
 
 
-def _arrays(obs: list[Observation]) -> tuple[np.ndarray, ...]:
+Arrays = tuple[np.ndarray, ...]
+
+
+def _arrays(obs: Sequence[Observation]) -> Arrays:
     """``(x, s, located, y, low, high)`` of ``obs``, each ``(k,)``."""
     return (np.log([o.n for o in obs]), np.array([o.s for o in obs]),
             np.array([o.located for o in obs]), np.array([o.y for o in obs]),
             np.array([o.low for o in obs]), np.array([o.high for o in obs]))
 
 
-def _log_lik_grad(obs: list[Observation], alpha: float, c: float,
+def _log_lik_grad(obs: Sequence[Observation], alpha: float, c: float,
                   tau: float) -> tuple[float, float, float, float]:
     """The log-likelihood and its gradient in ``(alpha, c, tau)``."""
-    x, s, loc, y, low, high = _arrays(obs)
+    return _lik_grad(_arrays(obs), alpha, c, tau)
+
+
+def _lik_grad(arrays: Arrays, alpha: float, c: float,
+              tau: float) -> tuple[float, float, float, float]:
+    """:func:`_log_lik_grad` of the observations' :func:`_arrays` (made once by an
+    optimisation that asks many times)."""
+    x, s, loc, y, low, high = arrays
+    k = len(x)
     mu = c + alpha * x
     sd = np.sqrt(s ** 2 + tau ** 2)
-    z = (y[loc] - mu[loc]) / sd[loc]
-    total = float(np.sum(-0.5 * np.log(2 * math.pi * sd[loc] ** 2) - 0.5 * z ** 2))
-    d_mu = np.zeros(len(obs))
-    d_sd = np.zeros(len(obs))
-    d_mu[loc] = z / sd[loc]
-    d_sd[loc] = (z ** 2 - 1) / sd[loc]
-    if (~loc).any():
-        cen = ~loc
+    sd_loc = sd[loc]
+    z = (y[loc] - mu[loc]) / sd_loc
+    total = float((-0.5 * np.log(2 * math.pi * sd_loc ** 2) - 0.5 * z ** 2).sum())
+    d_mu = np.zeros(k)
+    d_sd = np.zeros(k)
+    d_mu[loc] = z / sd_loc
+    d_sd[loc] = (z ** 2 - 1) / sd_loc
+    cen = ~loc
+    if cen.any():
         a, b = (low[cen] - mu[cen]) / sd[cen], (high[cen] - mu[cen]) / sd[cen]
         log_p = _log_between(a, b)
-        total += float(np.sum(log_p))
+        total += float(log_p.sum())
         # d log P: the normal densities at the bounds over P (0 at an open bound).
         pa, pb = _density_over(a, log_p), _density_over(b, log_p)
         d_mu[cen] = (pa - pb) / sd[cen]
         za = np.where(np.isfinite(a), a, 0.0)
         zb = np.where(np.isfinite(b), b, 0.0)
         d_sd[cen] = (za * pa - zb * pb) / sd[cen]
-    d_tau = float(np.sum(d_sd * tau / sd))
-    return total, float(np.sum(d_mu * x)), float(np.sum(d_mu)), d_tau
+    d_tau = float((d_sd * tau / sd).sum())
+    return total, float((d_mu * x).sum()), float(d_mu.sum()), d_tau
 
 
 def log_likelihood(obs: list[Observation], alpha: float, c: float, tau: float) -> float:
@@ -131,11 +145,25 @@ def log_likelihood(obs: list[Observation], alpha: float, c: float, tau: float) -
     return _log_lik_grad(obs, alpha, c, tau)[0]
 
 
-def _maximise(obs: list[Observation], fixed: dict[str, float]) -> tuple[float, dict[str, float]]:
+def _maximise(obs: Sequence[Observation], fixed: dict[str, float]
+              ) -> tuple[float, dict[str, float]]:
     """Maximise over the parameters not in ``fixed`` (``alpha``, ``c``, ``tau``; a fixed
-    ``y_at`` with ``x_at`` ties ``c = y_at - alpha x_at``): (max log-likelihood, parameters)."""
+    ``y_at`` with ``x_at`` ties ``c = y_at - alpha x_at``): (max log-likelihood, parameters).
+
+    A deterministic function of its arguments, so each distinct call is made once per process
+    (a profile interval's bracket ends are asked again by its root search, and the tolerance
+    sensitivity and backtests refit cells they share)."""
+    top, params = _maximised(tuple(obs), tuple(sorted(fixed.items())))
+    return top, dict(params)
+
+
+@functools.lru_cache(maxsize=4096)
+def _maximised(obs: tuple[Observation, ...], fixed_items: tuple[tuple[str, float], ...]
+               ) -> tuple[float, dict[str, float]]:
+    fixed = dict(fixed_items)
     names = [k for k in ("alpha", "c", "tau") if k not in fixed
              and not (k == "c" and "y_at" in fixed)]
+    arrays = _arrays(obs)
     loc = [o for o in obs if o.located]
     x = np.log([o.n for o in loc])
     a0, c0 = (np.polyfit(x, [o.y for o in loc], 1) if len(set(x.tolist())) >= 2
@@ -152,7 +180,7 @@ def _maximise(obs: list[Observation], fixed: dict[str, float]) -> tuple[float, d
 
     def nll(v: np.ndarray) -> tuple[float, np.ndarray]:
         p = params(v)
-        value, g_alpha, g_c, g_tau = _log_lik_grad(obs, p["alpha"], p["c"], p["tau"])
+        value, g_alpha, g_c, g_tau = _lik_grad(arrays, p["alpha"], p["c"], p["tau"])
         if "y_at" in fixed:
             g_alpha -= g_c * x_at  # c moves with alpha
         t = v[names.index("tau")] if "tau" in names else 0.0

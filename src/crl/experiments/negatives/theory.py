@@ -39,14 +39,21 @@ def theory_check(study_dir: Path, preset: str) -> dict[str, Any]:
     # shared sample, 1/sqrt(m), which repetitions must resolve.
     settings = {"independent": (2000 if small else 20_000, 3 if small else 6),
                 "shared": (400 if small else 800, 10 if small else 80)}
-    for key, (n, repetitions) in settings.items():
-        generator = torch.Generator().manual_seed(0 if key == "independent" else 1)
-        rms = [inner_outer_error(model, table, 1.0, n=n, m=m, shared=key == "shared",
-                                 repetitions=repetitions, generator=generator).inner_rms
-               for m in ms]
-        rate = fit_rate(ms, rms)
-        out[key] = {"n": n, "repetitions": repetitions, "inner_rms": rms,
-                    "exponent": rate.exponent, "ci": [rate.low, rate.high]}
+    threads = torch.get_num_threads()
+    # One thread: the same numbers on any machine (a reduction split over threads rounds
+    # otherwise), and less CPU: the extra threads of these small ops mostly wait.
+    torch.set_num_threads(1)
+    try:
+        for key, (n, repetitions) in settings.items():
+            generator = torch.Generator().manual_seed(0 if key == "independent" else 1)
+            rms = [inner_outer_error(model, table, 1.0, n=n, m=m, shared=key == "shared",
+                                     repetitions=repetitions, generator=generator).inner_rms
+                   for m in ms]
+            rate = fit_rate(ms, rms)
+            out[key] = {"n": n, "repetitions": repetitions, "inner_rms": rms,
+                        "exponent": rate.exponent, "ci": [rate.low, rate.high]}
+    finally:
+        torch.set_num_threads(threads)
     write_json(path, out)
     return out
 

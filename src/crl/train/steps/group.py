@@ -3,7 +3,8 @@ batch for all of them.
 
 The runs' towers embed the batch once for the group (:mod:`crl.train.steps.towers`: stacked, or
 each run's on its own); each run's objective scores its own embeddings under the run's RNG
-stream; one backward pass of the summed losses. A run's parameters receive only its own loss's
+stream, or the group's losses are computed in one go (:mod:`crl.losses.gcl_group`, for GCL);
+one backward pass of the summed losses. A run's parameters receive only its own loss's
 gradient, so every run takes the steps it would take alone.
 """
 
@@ -40,6 +41,17 @@ class Towers(Protocol):
         ...
 
 
+class GroupLosses(Protocol):
+    """The losses of a group's runs in one computation
+    (:class:`~crl.losses.gcl_group.GroupedGcl`)."""
+
+    def __call__(self, za: Tensor, zb: Tensor, index: Tensor, labels: Tensor | None
+                 ) -> list[tuple[Tensor, dict[str, float]]]:
+        """Run ``g``'s loss and logs from its embeddings ``za[g], zb[g]`` of shape ``(B, D)``,
+        as its own objective gives them."""
+        ...
+
+
 class GroupStep:
     """Every learner's gradients on the same batch (module docstring).
 
@@ -47,10 +59,14 @@ class GroupStep:
         towers: How the runs' towers embed the batch
             (:class:`~crl.train.steps.towers.StackedTowers` or
             :class:`~crl.train.steps.towers.SeparateTowers`).
+        losses: The runs' losses in one computation (chosen once, by
+            :func:`crl.losses.gcl_group.grouped_gcl`), or None: each run's objective on its own,
+            under the run's RNG stream.
     """
 
-    def __init__(self, towers: Towers) -> None:
+    def __init__(self, towers: Towers, losses: GroupLosses | None = None) -> None:
         self.towers = towers
+        self.losses = losses
 
     def __call__(self, learners: Sequence[Learner], batch: Any) -> list[StepLoss]:
         """See :class:`crl.train.step.Step`.
@@ -62,6 +78,12 @@ class GroupStep:
         if xh is not None:
             raise GroupingError("grouped training: the batch has hard negatives")
         stacked_a, stacked_b = self.towers(learners, xa, xb)
+        if self.losses is not None:  # draws no random numbers: no run's stream is needed
+            group = self.losses(_stacked(stacked_a), _stacked(stacked_b), index, labels)
+            out = [(global_value(loss, run.step), logs)
+                   for run, (loss, logs) in zip(learners, group, strict=True)]
+            torch.stack([loss for loss, _ in group]).sum().backward()  # type: ignore[no-untyped-call]
+            return out
         # One view per run: unbind's backward stacks the runs' gradients once, where indexing
         # ``za[g]`` would add a zero-padded (G, B, D) gradient per run (G^2 B D of work).
         za, zb = _per_run(stacked_a), _per_run(stacked_b)
@@ -101,10 +123,15 @@ def shared_inputs(runs: Sequence[object]) -> AbstractContextManager[None]:
     return shared_bag_rows() if len(runs) > 1 else contextlib.nullcontext()
 
 
+def _stacked(z: GroupEmbeddings) -> Tensor:
+    """The runs' ``(G, B, D)`` embeddings."""
+    return z if isinstance(z, Tensor) else torch.stack(z)
+
+
 def _per_run(z: GroupEmbeddings) -> Sequence[Tensor]:
     """Run ``g``'s ``(B, D)`` embeddings at ``[g]``."""
     return z.unbind(0) if isinstance(z, Tensor) else z
 
 
-__all__ = ["GroupEmbeddings", "GroupStep", "GroupingError", "Towers", "shared_inputs",
-           "update_group"]
+__all__ = ["GroupEmbeddings", "GroupLosses", "GroupStep", "GroupingError", "Towers",
+           "shared_inputs", "update_group"]
