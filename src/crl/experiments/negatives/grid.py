@@ -136,19 +136,22 @@ def grid_table() -> str:
     lines = ["| data | preset | n | m/n (%) | seeds | samples per run | batch | grid runs "
              "| refinement runs (at most) |", "| --- | --- | --- | --- | --- | --- | --- | --- "
              "| --- |"]
-    for kind, words in DATA_WORDS.items():
-        for preset, g in GRIDS[kind].items():
-            lines.append(f"| {words} | {preset} | {', '.join(f'{n:,}' for n in g.ns)} | "
-                         f"{', '.join(f'{100 * f:g}' for f in g.fractions)} | {len(g.seeds)} | "
-                         f"{g.budget:,} | {g.batch_size} | {distinct_runs(g)} | "
-                         f"{g.refine_runs} |")
+    rows = [(words, preset, g) for kind, words in DATA_WORDS.items()
+            for preset, g in GRIDS[kind].items()]
+    rows += [("a pretrained transformer (any data)", preset, g)
+             for preset, g in TRANSFORMER_GRIDS.items()]
+    for words, preset, g in rows:
+        lines.append(f"| {words} | {preset} | {', '.join(f'{n:,}' for n in g.ns)} | "
+                     f"{', '.join(f'{100 * f:g}' for f in g.fractions)} | {len(g.seeds)} | "
+                     f"{g.budget:,} | {g.batch_size} | {distinct_runs(g)} | "
+                     f"{g.refine_runs} |")
     return "\n".join(lines) + "\n"
 
 # The quick preset for a pretrained transformer (``model.kind: transformer``), whatever the data:
 # one run of 512 samples costs about 55 CPU-s with the top 2 of MiniLM's 6 layers trained and
 # the bottom cached, 135 CPU-s fine-tuned in full (benchmarks/README.md, section
-# "benchmarks/frozen.py"), so the data set's quick grid (16,000 samples per run, 7 fractions:
-# about 80 runs) would take days on 2 cores. This one (42 runs) takes about half an hour there.
+# "benchmarks/frozen.py"), so the data set's quick grid (12,000 samples per run, 144 runs and
+# 96 refinement runs) would take days on 2 cores. This one (42 runs) took 1,881 CPU-s there.
 TRANSFORMER_GRIDS: dict[str, Grid] = {
     "quick": Grid((256, 768, 2048), (0.01, 0.05, 0.2, 1.0), (0, 1), 512, 32),
 }
