@@ -83,12 +83,20 @@ def test_noise_leaves_the_interval_past_the_tolerance() -> None:
                          Tolerance(0.01)) is None
 
 
-def test_the_recorded_plan_is_trained_and_kept_apart(tmp_path: Path) -> None:
+def _smoke_study(tmp_path: Path, plan: VerifyPlan | None = None) -> NegativesStudy:
+    """A smoke study with the verify stage at n = 256, its state read from ``tmp_path`` (where
+    ``plan``, when given, is first recorded as the verify stage's plan)."""
     study = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
                            seeds=[0], verify=True, target_n=256)
-    plan = VerifyPlan("shared", 256, 32, (16, 32, 64, 256), (0, 1, 2), "law")
-    write_json(tmp_path / VERIFY_FILE, {"plans": [plan.to_dict()]})
+    if plan is not None:
+        write_json(tmp_path / VERIFY_FILE, {"plans": [plan.to_dict()]})
     study.load_state(tmp_path)
+    return study
+
+
+def test_the_recorded_plan_is_trained_and_kept_apart(tmp_path: Path) -> None:
+    plan = VerifyPlan("shared", 256, 32, (16, 32, 64, 256), (0, 1, 2), "law")
+    study = _smoke_study(tmp_path, plan)
     specs = [s for s in study.runs() if s.tags.get("arm") == "verify"]
     assert len(specs) == 12 and {s.tags["n"] for s in specs} == {256}
     assert {s.config["data"]["num_train"] for s in specs} == {256}
@@ -134,11 +142,8 @@ def test_a_second_round_brackets_the_answer_at_the_target_n(tmp_path: Path) -> N
 
 
 def test_the_study_plans_the_second_round_once(tmp_path: Path) -> None:
-    study = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
-                           seeds=[0], verify=True, target_n=256)
     plan = VerifyPlan("shared", 256, 16, (8, 16, 32, 256), (0, 1, 2), "law")
-    write_json(tmp_path / VERIFY_FILE, {"plans": [plan.to_dict()]})
-    study.load_state(tmp_path)
+    study = _smoke_study(tmp_path, plan)
     curve = {8: 0.30, 16: 0.32, 32: 0.405, 256: 0.41}  # 16 not within; the answer in (16, 32]
     rows = [{**r, "recall@1": -float(r.pop("error"))}  # type: ignore[arg-type]
             for r in _rows(plan, curve, noise=0.0005)]
@@ -149,7 +154,5 @@ def test_the_study_plans_the_second_round_once(tmp_path: Path) -> None:
     assert added == 6 and len(study.runs()) == before + 6  # m = 20 and 25, three seeds
     assert study.verify_plans[0].second_round == (20, 25)
     assert study._plan_second_round(rows, tmp_path) == 0  # once
-    again = NegativesStudy("smoke", data="synthetic", ns=[64, 128], fractions=[0.25, 1.0],
-                           seeds=[0], verify=True, target_n=256)
-    again.load_state(tmp_path)  # a resumed study reads the second round back
+    again = _smoke_study(tmp_path)  # a resumed study reads the second round back
     assert again.second_round_planned and again.verify_plans == study.verify_plans
