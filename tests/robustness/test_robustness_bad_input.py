@@ -708,6 +708,11 @@ CASES: list[Case] = [
          "give a max_seq_length the model was trained for (its max_position_embeddings)",
          cli=lambda tmp: [*_cli_pretrained(_tiny_bert)(tmp), "--set",
                           "model.max_seq_length=128"]),
+    Case("cli-micro-batch-tokens-no-tokens", "CLI", "`crl train synthetic-gaussian "
+         "--micro-batch-tokens 100` (vectors, no tokens to count)", CrlValueError,
+         "train.micro_batch_tokens: needs token inputs (n, 2, L) of ids and attention mask",
+         "use train.micro_batch_size instead",
+         cli=_cli_train("--micro-batch-tokens", "100")),
     Case("cli-unwritable-out", "CLI", "`crl train ... --out DIR` where DIR cannot be created "
          "(below a regular file)", NotADirectoryError, "Not a directory; check the path",
          "choose a writable --out",

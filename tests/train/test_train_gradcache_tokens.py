@@ -164,7 +164,14 @@ def test_packing_is_a_sorted_cover_within_the_budget_and_optimal(
 
 
 def test_config_takes_a_token_budget() -> None:
-    options = TrainConfig.model_validate({"train": {"micro_batch_tokens": 4096}}).train
+    options = TrainConfig.model_validate({"model": {"kind": "transformer"},
+                                          "train": {"micro_batch_tokens": 4096}}).train
     assert options.micro_batch_tokens == 4096 and options.micro_batch_size is None
     with pytest.raises(ValueError, match="micro_batch_tokens"):
-        TrainConfig.model_validate({"train": {"micro_batch_tokens": 0}})
+        TrainConfig.model_validate({"model": {"kind": "transformer"},
+                                    "train": {"micro_batch_tokens": 0}})
+    # a model that takes no tokens is refused when the config is read, before any run starts
+    for kind in ("auto", "mlp", "embedding_bag"):
+        with pytest.raises(ValueError, match=f"model.kind is '{kind}'"):
+            TrainConfig.model_validate({"model": {"kind": kind},
+                                        "train": {"micro_batch_tokens": 4096}})

@@ -75,6 +75,12 @@ def train(
              "this size, then back-propagate the full batch's loss through them; the same loss "
              "and gradients, activation memory of this many pairs, about one extra forward pass "
              "of time (docs/training.md)."),
+    micro_batch_tokens: int | None = typer.Option(
+        None, "--micro-batch-tokens", min=1,
+        help="Gradient caching with micro-batches packed by tokens (train.micro_batch_tokens): "
+             "each view's texts sorted by length and cut into micro-batches of at most this "
+             "many padded tokens; the same gradients as --micro-batch-size, less padding "
+             "(docs/training.md). Needs a transformer tower."),
     precision: str | None = typer.Option(
         None, "--precision",
         help="fp32 or bf16 (train.precision): bf16 runs the towers under bfloat16 autocast; the "
@@ -88,9 +94,10 @@ def train(
     """Train a dual encoder and write OUT/<name>-<config hash>/ (config, metrics, checkpoint,
     summary).
 
-    Large batches at bounded memory (docs/training.md): --micro-batch-size K (gradient caching),
-    --precision bf16, and for transformer towers --set model.gradient_checkpointing=true; an
-    example config is in docs/training.md ("Large batches at bounded memory").
+    Large batches at bounded memory (docs/training.md): --micro-batch-size K or
+    --micro-batch-tokens N (gradient caching), --precision bf16, and for transformer towers
+    --set model.gradient_checkpointing=true; an example config is in docs/training.md ("Large
+    batches at bounded memory").
 
     Examples: crl train digits-simclr --set train.steps=500 --out runs;
     crl train pycode-clip --set train.batch_size=1024 --micro-batch-size 32 --precision bf16
@@ -101,7 +108,7 @@ def train(
     if nproc > 1:  # the same command line under torchrun, less --nproc
         raise typer.Exit(distributed.launch(nproc, without_nproc(sys.argv)))
     options = {"train.device": device, "train.micro_batch_size": micro_batch_size,
-               "train.precision": precision}
+               "train.micro_batch_tokens": micro_batch_tokens, "train.precision": precision}
     overrides = [*overrides, *(f"{k}={v}" for k, v in options.items() if v is not None)]
     cfg = load_config(config, overrides)
     if smoke:

@@ -197,6 +197,12 @@ class TrainConfig(_Section):
                 f"loss {self.loss.name!r} contrasts every batch member; negatives.regime must "
                 f"be 'in_batch'; got {self.negatives.regime!r}"
             )
+        if (self.train.micro_batch_tokens is not None
+                and self.model.kind not in ("transformer", "custom")):
+            raise ValueError(
+                "train.micro_batch_tokens: needs token inputs (n, 2, L) of ids and attention "
+                f"mask (model.kind: transformer); model.kind is {self.model.kind!r}; use "
+                "train.micro_batch_size instead")
         if self.eval.hard_negatives and not (self.data.name == "files"
                                              and self.data.files.columns.negatives):
             raise ValueError("eval.hard_negatives needs hard negatives in the data: name their "
