@@ -75,6 +75,21 @@ def test_the_verify_stages_answers_are_compared_too(tmp_path: Path) -> None:
     assert by["independent"].measured.endswith(": disagree")  # (1,000, 1,400], (2,000, 2,800]
     assert "A m = 1,400 (above 1,000), B m = 2,800 (above 2,000)" in by["independent"].measured
     assert compare_studies(a, a).regimes[0].measured.endswith("agree")
+    assert compare_studies(a, b).measured_agree is False
+    # the grids' recommendations (600 [400, 800] twice) agree; measured at the target n too
+    assert compare_studies(a, a).measured_agree is True
+    c = _study(tmp_path / "d", _numbers(verified(1700, 1200), verified(1300, 900)))
+    for regime in ("shared", "independent"):  # the grids now disagree, the measurements not
+        json_path = c / "analysis.json"
+        numbers = json.loads(json_path.read_text())
+        numbers["numbers"]["recommendations"][regime].update(m=5000, low=4000, high=6000)
+        json_path.write_text(json.dumps(numbers))
+    both = compare_studies(a, c)
+    assert not both.agree and both.measured_agree is True
+    assert both.verdict().startswith("do not agree on the grids' recommendations; the answers "
+                                     "measured at the target n")
+    cli = runner.invoke(app, ["study", "compare", str(a), str(c)])
+    assert cli.exit_code == 0 and "(the configs to paste) agree" in cli.output, cli.output
     unmeasured = _study(tmp_path / "c", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
     assert all(r.measured == "" for r in compare_studies(a, unmeasured).regimes)
 

@@ -66,7 +66,7 @@ def _unmatched(sentence: str, pool: list[float]) -> list[str]:
     return bad
 
 
-@pytest.fixture(scope="module", params=["quick", "full"])
+@pytest.fixture(scope="module", params=["quick", "full", "quick-200k"])
 def reanalysed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Analysis, dict[str, Any], Path, list[dict[str, Any]]]:
     """The committed study's results re-analysed in a copy of its directory (the committed
@@ -76,7 +76,8 @@ def reanalysed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     for name in ("study.json", DATA_FILE, "refinement.json"):
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
-    shutil.copy(DOCS / "negatives-full" / THEORY_FILE, folder / THEORY_FILE)
+    theory = source / THEORY_FILE if (source / THEORY_FILE).exists() else DOCS / "negatives-full" / THEORY_FILE
+    shutil.copy(theory, folder / THEORY_FILE)
     study = load_study(folder)
     study.load_state(folder)
     rows = read_results(source / "results.csv")

@@ -141,7 +141,7 @@ def compare(
     comparison = compare_studies(first, second)
     for line in comparison.lines():
         print(line)
-    print("agree" if comparison.agree else "do not agree")
+    print(comparison.verdict())
 
 
 def _simple(name: str, doc: str) -> None:

@@ -7,8 +7,9 @@ same question only when all of these match; then, per regime, they *agree* when 
 recommendation lies within the other's 95% interval, and otherwise the comparison says why they
 may differ (where each recommendation comes from, and what the verify stage measured). Where
 both verify stages measured the answer at the target n, those measurements are compared too:
-they agree when their brackets ``(below_m, measured_m]`` overlap. Reads ``analysis.json`` and
-``study.json`` only.
+they agree when their brackets ``(below_m, measured_m]`` overlap, and the closing line
+(:meth:`Comparison.verdict`) says when they agree though the grids' recommendations do not.
+Reads ``analysis.json`` and ``study.json`` only.
 """
 
 from __future__ import annotations
@@ -52,6 +53,29 @@ class Comparison:
     def agree(self) -> bool:
         """The same question and every regime agrees."""
         return not self.mismatches and all(r.verdict == "agree" for r in self.regimes)
+
+    @property
+    def measured_agree(self) -> bool | None:
+        """Whether the verify stages' answers at the target n agree in every regime (None
+        unless both studies measured every regime there)."""
+        if self.mismatches or not self.regimes or any(not r.measured for r in self.regimes):
+            return None
+        return all(r.measured.endswith(": agree") for r in self.regimes)
+
+    def verdict(self) -> str:
+        """The closing line: ``agree``, ``do not agree``, or, when the two grids'
+        recommendations differ but the answers measured at the target n agree, that.
+
+        Example:
+            >>> Comparison(Path("a"), Path("b"), ["data: x against y"]).verdict()
+            'do not agree'
+        """
+        if self.agree:
+            return "agree"
+        if self.measured_agree:
+            return ("do not agree on the grids' recommendations; the answers measured at the "
+                    "target n (the configs to paste) agree")
+        return "do not agree"
 
     def lines(self) -> list[str]:
         """The comparison in words, one line each."""

@@ -399,5 +399,11 @@ class NegativesStudy(Study):
                            control_note=control_note(self), run_config=config,
                            embed_dim=embedding_dim(config["model"], kind),
                            pretrained=data.get("pretrained"), grid_rule=self.grid_rule)
-        return build_analysis([r for r in rows if arm(r) == "main"], study_dir, spec=self.spec,
-                              tolerance=self.tolerance, preset=self.preset, facts=facts)
+        analysis = build_analysis([r for r in rows if arm(r) == "main"], study_dir,
+                                  spec=self.spec, tolerance=self.tolerance, preset=self.preset,
+                                  facts=facts)
+        # the preset's values a custom grid replaced, which the set-up's sentence quotes
+        analysis.numbers["preset_values_replaced"] = {
+            name: getattr(self.chosen_grid, name)
+            for name in grids.grid_changes(self.chosen_grid, self.preset_grid)}
+        return analysis
