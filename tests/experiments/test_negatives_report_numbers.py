@@ -76,7 +76,9 @@ def reanalysed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     for name in ("study.json", DATA_FILE, "refinement.json"):
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
-    theory = source / THEORY_FILE if (source / THEORY_FILE).exists() else DOCS / "negatives-full" / THEORY_FILE
+    theory = source / THEORY_FILE
+    if not theory.exists():
+        theory = DOCS / "negatives-full" / THEORY_FILE
     shutil.copy(theory, folder / THEORY_FILE)
     study = load_study(folder)
     study.load_state(folder)
