@@ -24,7 +24,7 @@ from crl.train.build import run_objective
 from crl.train.config import TrainConfig
 from crl.train.step import batch_loss
 from crl.train.steps import loss_and_gradients
-from crl.train.steps.cached import CHUNK_COST_TOKENS, pack_by_tokens, token_lengths
+from crl.train.steps.cached import CHUNK_COST_TOKENS, _chunks, pack_by_tokens, token_lengths
 
 pytest.importorskip("transformers")
 
@@ -76,6 +76,29 @@ def test_token_micro_batches_match_one_pass(tiny_bert: Path, step: dict[str, int
     lengths = token_lengths(batch[0], "a")
     assert int(lengths.max()) > 2 * int(lengths.min())  # the sort has something to do
     _assert_close(_grads(model, objective, batch, **step), _grads(model, objective, batch))
+
+
+def test_micro_batches_of_k_texts_are_cut_from_the_length_sorted_view(tiny_bert: Path) -> None:
+    """``micro_batch_size: k`` on token inputs: k texts of similar length at a time (the
+    view sorted by length, longest first), the one-pass numbers; one micro-batch keeps the
+    rows as they are (nothing to save, the one pass's dropout draws); vectors stay consecutive."""
+    model, objective, batch = _setup(tiny_bert)
+    xa = batch[0]
+    chunks, order = _chunks(xa, "a", 1, 3, None)
+    lengths = token_lengths(xa, "a")
+    assert order is not None and [len(c) for c in chunks] == [3, 3, 2]
+    assert torch.equal(torch.cat(chunks), order)
+    assert lengths[order].tolist() == sorted(lengths.tolist(), reverse=True)
+    padded = sum(len(c) * int(lengths[c].max()) for c in chunks)
+    consecutive = sum(int(lengths[s:s + 3].max()) * len(lengths[s:s + 3]) for s in (0, 3, 6))
+    assert padded < consecutive  # what the sort saves on these texts
+    whole, none = _chunks(xa, "a", 1, B, None)
+    assert none is None and whole == [slice(0, B)]
+    vectors, kept = _chunks(torch.randn(5, 4), "a", 1, 2, None)
+    assert kept is None and vectors == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    model.eval()
+    _assert_close(_grads(model, objective, batch, micro_batch_size=3),
+                  _grads(model, objective, batch))
 
 
 def test_token_micro_batches_replay_their_dropout_masks(tiny_bert: Path) -> None:

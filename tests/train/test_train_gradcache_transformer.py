@@ -62,14 +62,25 @@ def _assert_close(got: tuple[float, dict], want: tuple[float, dict]) -> None:
         assert float((got[1][key] - g).abs().max()) <= 1e-5 * scale, key
 
 
+def _by_length(x: torch.Tensor) -> torch.Tensor:
+    """A view's rows sorted by their token count, longest first, ties in row order."""
+    return torch.sort(x[:, 1].sum(dim=1), descending=True, stable=True).indices
+
+
 def _micro_batched_reference(model: Any, objective: Any, batch: tuple) -> tuple[float, dict]:
-    """One graph over the passes of micro-batches of K, in the cache's order (same masks)."""
+    """One graph over the passes of micro-batches of K texts, each view's sorted by length,
+    in the cache's order (a's first micro-batch, b's first, a's second, ...: the same masks)."""
     model, objective = copy.deepcopy(model), copy.deepcopy(objective)
     torch.manual_seed(3)
     xa, xb, index, labels = batch
-    parts = [embed(model, xa[s:s + K], xb[s:s + K], None, PRECISIONS["fp32"](CPU))
-             for s in range(0, B, K)]
-    z = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None)
+    order_a, order_b = _by_length(xa), _by_length(xb)
+    assert not torch.equal(order_a, torch.arange(B))  # the sort moves rows here
+    parts = [embed(model, xa[order_a[s:s + K]], xb[order_b[s:s + K]], None,
+                   PRECISIONS["fp32"](CPU)) for s in range(0, B, K)]
+    za = torch.cat([p[0] for p in parts])
+    zb = torch.cat([p[1] for p in parts])
+    z = (torch.empty_like(za).index_copy(0, order_a, za),
+         torch.empty_like(zb).index_copy(0, order_b, zb), None)
     loss, _ = batch_loss(objective, model, z, index, labels)
     loss.backward()
     return float(loss.detach()), {k: p.grad for k, p in model.named_parameters()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.optim import SGD, AdamW, Optimizer
+from torch.optim import SGD, Optimizer
 
 from crl import distributed, losses
 from crl.data import load_data
@@ -38,13 +38,15 @@ def seed_everything(seed: int) -> None:
 
 def build_optimizer(cfg: OptimConfig, params: list[nn.Parameter], *,
                     sparse: Collection[nn.Parameter] = ()) -> Optimizer:
-    """AdamW or SGD over ``params``; :class:`~crl.train.lazy_adamw.LazyAdamW` when some of them
-    get sparse gradients.
+    """AdamW or SGD over ``params``. AdamW is :class:`~crl.train.lazy_adamw.LazyAdamW`: row-wise
+    where a gradient is sparse, torch's AdamW kernel where it is dense.
 
     Both use torch's multi-tensor (``foreach``) update, which torch picks by default only on
     CUDA: on CPU it gives the same values bit for bit as the per-tensor loop (a test compares
     them) without a temporary per parameter for ``sqrt(v)``, which for a large embedding table
-    is most of the optimiser's time (benchmarks/steps.py).
+    is most of the optimiser's time (benchmarks/steps.py). AdamW's multi-tensor calls take at
+    most :data:`~crl.train.lazy_adamw.FOREACH_MAX_ELEMENTS` values at a time, so their
+    temporaries do not add a copy of a large model at its peak (benchmarks/gradcache.py).
 
     Args:
         cfg: The ``optim`` section.
@@ -65,10 +67,8 @@ def build_optimizer(cfg: OptimConfig, params: list[nn.Parameter], *,
         if distributed.is_active() and distributed.world_size() > 1:
             raise CrlValueError("model.sparse=True does not run under torchrun (sparse "
                                 "gradients are not averaged over ranks); set model.sparse=false")
-        return LazyAdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     if cfg.name == "adamw":
-        return AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-                     foreach=True)
+        return LazyAdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     return SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                foreach=True)
 

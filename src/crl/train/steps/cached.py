@@ -10,11 +10,13 @@ of one pass whose dropout draws per micro-batch (docs/training.md, "Gradient cac
 Each view (a, b, and the flattened hard negatives) is cut into micro-batches of its own and
 replayed one tower call at a time, so the activations alive at once are those of one tower on
 one micro-batch (not of both views of ``k`` pairs); between replays only the cached ``(B, D)``
-embedding gradients are held. Micro-batches are ``k`` consecutive rows, or, with a token budget,
-the view's texts sorted by length (longest first) and packed greedily so that a micro-batch's
-padded size, rows x its longest text, stays within ``N`` tokens (at most ``k`` rows when both
-are set). Padding is then only within a micro-batch, whose forward pass trims to its own
-longest text.
+embedding gradients are held. Micro-batches of texts (token inputs) are cut from the view's
+texts sorted by length (longest first, ties in row order): ``k`` of them at a time, or, with a
+token budget, packed so that a micro-batch's padded size, rows x its longest text, stays within
+``N`` tokens (at most ``k`` rows when both are set). Padding is then only among texts of similar
+length, since a micro-batch's forward pass trims to its own longest text (pycode at B = 256,
+view a: 22,944 padded tokens in consecutive micro-batches of 32, 5,890 sorted and packed).
+Other inputs (vectors, images) are cut into ``k`` consecutive rows.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class CachedStep:
             ``H`` hard negatives count ``H``). None: only the token budget.
         precision: ``fp32`` or ``bf16``: the towers' autocast, chosen here once.
         micro_batch_tokens: At most this many padded tokens per micro-batch (``N``), texts
-            sorted by length first. None: ``k`` consecutive rows.
+            sorted by length first. None: ``k`` texts at a time (sorted by length too; other
+            inputs: ``k`` consecutive rows).
     """
 
     def __init__(self, micro_batch_size: int | None, precision: str = "fp32",
@@ -105,6 +108,13 @@ class _View:
     order: Tensor | None
 
 
+def is_token_form(x: Any) -> bool:
+    """Whether ``x`` is in crl's token form ``(n, 2, L)``: integer ids and attention mask
+    (:class:`crl.models.TransformerTokenizer`)."""
+    return (isinstance(x, Tensor) and x.dim() == 3 and x.shape[1] == 2
+            and not x.dtype.is_floating_point)
+
+
 def token_lengths(x: Any, view: str) -> Tensor:
     """The ``(n,)`` token counts of a view's inputs, crl's token form ``(n, 2, L)`` (ids and
     attention mask, :class:`crl.models.TransformerTokenizer`).
@@ -112,15 +122,15 @@ def token_lengths(x: Any, view: str) -> Tensor:
     Raises:
         CrlValueError: if ``x`` is not in that form (the model does not take tokens).
     """
-    if not (isinstance(x, Tensor) and x.dim() == 3 and x.shape[1] == 2
-            and not x.dtype.is_floating_point):
+    if not is_token_form(x):
         got = (f"a {x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor)
                else type(x).__name__)
         raise CrlValueError(
             f"train.micro_batch_tokens: needs token inputs (n, 2, L) of ids and attention mask "
             f"(model.kind: transformer); view {view}'s inputs are {got}; use "
             "train.micro_batch_size instead")
-    return x[:, 1].sum(dim=1)
+    lengths: Tensor = x[:, 1].sum(dim=1)
+    return lengths
 
 
 #: What a micro-batch costs beyond its padded tokens (a tower call's fixed work), in tokens.
@@ -174,6 +184,9 @@ def _chunks(x: Any, name: str, rows_per_pair: int, micro_batch_size: int | None,
     cap = None if micro_batch_size is None else micro_batch_size * rows_per_pair
     if micro_batch_tokens is None:
         assert cap is not None  # CachedStep requires one of the two
+        if is_token_form(x) and n > cap:  # k texts of similar length at a time: less padding
+            order = torch.sort(token_lengths(x, name), descending=True, stable=True).indices
+            return list(torch.split(order, cap)), order
         return [slice(s, min(s + cap, n)) for s in range(0, n, cap)], None
     order, chunks = pack_by_tokens(token_lengths(x, name), micro_batch_tokens, cap)
     return list(chunks), order
