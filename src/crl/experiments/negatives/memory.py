@@ -121,7 +121,7 @@ def gradcache_memory(batch_size: int, dim: int, model: dict[str, Any],
     Example:
         >>> est = gradcache_memory(615, 384, {"kind": "transformer", "pretrained": None})
         >>> round(est.total / GIB, 2), est.cached == 16 * 615 * 384
-        (0.25, True)
+        (1.83, True)
     """
     cached, scores = cached_bytes(batch_size, dim), scores_bytes(batch_size)
     if measured_towers(model):
