@@ -133,6 +133,16 @@ def token_lengths(x: Any, view: str) -> Tensor:
     return lengths
 
 
+def length_order(lengths: Tensor) -> Tensor:
+    """The ``(n,)`` rows sorted by ``lengths``, longest first, ties in row order.
+
+    Example:
+        >>> length_order(torch.tensor([3, 9, 4, 9])).tolist()
+        [1, 3, 2, 0]
+    """
+    return torch.sort(lengths, descending=True, stable=True).indices
+
+
 #: What a micro-batch costs beyond its padded tokens (a tower call's fixed work), in tokens.
 CHUNK_COST_TOKENS = 128
 
@@ -156,7 +166,7 @@ def pack_by_tokens(lengths: Tensor, max_tokens: int,
         >>> order.tolist(), [c.tolist() for c in chunks]
         ([1, 4, 2, 0, 3], [[1], [4], [2, 0, 3]])
     """
-    order = torch.sort(lengths, descending=True, stable=True).indices
+    order = length_order(lengths)
     n = int(order.numel())
     width = lengths[order].clamp(min=1).to(torch.float64).numpy()  # (n,) descending
     cap = n if max_rows is None else max_rows
@@ -185,7 +195,7 @@ def _chunks(x: Any, name: str, rows_per_pair: int, micro_batch_size: int | None,
     if micro_batch_tokens is None:
         assert cap is not None  # CachedStep requires one of the two
         if is_token_form(x) and n > cap:  # k texts of similar length at a time: less padding
-            order = torch.sort(token_lengths(x, name), descending=True, stable=True).indices
+            order = length_order(token_lengths(x, name))
             return list(torch.split(order, cap)), order
         return [slice(s, min(s + cap, n)) for s in range(0, n, cap)], None
     order, chunks = pack_by_tokens(token_lengths(x, name), micro_batch_tokens, cap)
