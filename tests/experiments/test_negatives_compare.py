@@ -61,37 +61,50 @@ def test_agree_disagree_and_why(tmp_path: Path) -> None:
     assert "independent: disagree" in cli.output and cli.output.strip().endswith("do not agree")
 
 
-def test_the_verify_stages_answers_are_compared_too(tmp_path: Path) -> None:
-    def verified(measured: int, below: int | None) -> dict[str, Any]:
-        rec = _rec(600, 400, 800)
-        rec["verify"] = {"target_n": 17_908, "m_rec": 600, "verdict": "not within",
-                         "best_m": 4000, "measured_m": measured, "below_m": below}
+def test_measured_recommendations_are_compared_and_their_predictions_too(tmp_path: Path
+                                                                         ) -> None:
+    """A study whose verify stage ran recommends what it measured at the target n, with the
+    grid's prediction kept beside it: the recommendations decide the verdict, the predictions
+    are compared by the same rule and named in the closing line."""
+    def measured(m: float | None, low: float, high: float, predicted: float) -> dict[str, Any]:
+        rec = _rec(m, low, high, source="verify stage")
+        rec["prediction"] = _rec(predicted, 0.8 * predicted, 1.25 * predicted)
         return rec
 
-    a = _study(tmp_path / "a", _numbers(verified(2000, 1400), verified(1400, 1000)))
-    b = _study(tmp_path / "b", _numbers(verified(1700, 1200), verified(2800, 2000)))
-    by = {r.regime: r for r in compare_studies(a, b).regimes}
-    assert by["shared"].measured.endswith(": agree")  # (1,400, 2,000] and (1,200, 1,700]
-    assert by["independent"].measured.endswith(": disagree")  # (1,000, 1,400], (2,000, 2,800]
-    assert "A m = 1,400 (above 1,000), B m = 2,800 (above 2,000)" in by["independent"].measured
-    assert compare_studies(a, a).regimes[0].measured.endswith("agree")
-    assert compare_studies(a, b).measured_agree is False
-    # the grids' recommendations (600 [400, 800] twice) agree; measured at the target n too
-    assert compare_studies(a, a).measured_agree is True
-    c = _study(tmp_path / "d", _numbers(verified(1700, 1200), verified(1300, 900)))
-    for regime in ("shared", "independent"):  # the grids now disagree, the measurements not
-        json_path = c / "analysis.json"
-        numbers = json.loads(json_path.read_text())
-        numbers["numbers"]["recommendations"][regime].update(m=5000, low=4000, high=6000)
-        json_path.write_text(json.dumps(numbers))
-    both = compare_studies(a, c)
-    assert not both.agree and both.measured_agree is True
-    assert both.verdict().startswith("do not agree on the grids' recommendations; the answers "
-                                     "measured at the target n")
-    cli = runner.invoke(app, ["study", "compare", str(a), str(c)])
-    assert cli.exit_code == 0 and "(the configs to paste) agree" in cli.output, cli.output
-    unmeasured = _study(tmp_path / "c", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
-    assert all(r.measured == "" for r in compare_studies(a, unmeasured).regimes)
+    a = _study(tmp_path / "a", _numbers(measured(6500, 6200, 6900, 6500),
+                                        measured(None, 4200, 17_908, 114)))
+    b = _study(tmp_path / "b", _numbers(measured(6900, 6400, 17_908, 3700),
+                                        measured(6000, 5200, 6900, 3600)))
+    result = compare_studies(a, b)
+    by = {r.regime: r for r in result.regimes}
+    assert by["shared"].verdict == "agree"  # 6,500 in [6,400, 17,908], 6,900 in [6,200, 6,900]
+    assert by["independent"].verdict == "agree"  # A gives bounds [4,200, 17,908] holding 6,000
+    assert by["independent"].why == "A gives only bounds, and the other's m lies within them"
+    assert by["shared"].predictions_agree is False  # 6,500 [5,200, 8,125] against 3,700 [...]
+    assert "the grids' predictions: A m = 6,500 [5,200, 8,125], B m = 3,700" in \
+        by["shared"].predicted
+    assert result.agree and result.predictions_agree is False
+    assert result.verdict() == ("agree; the grids' predictions at the target n, before the "
+                                "verify stages measured it, do not agree")
+    assert compare_studies(b, b).verdict() == ("agree; the grids' predictions at the target n "
+                                               "agree too")
+    assert compare_studies(a, a).verdict().startswith("do not agree")  # bounds against bounds
+    cli = runner.invoke(app, ["study", "compare", str(a), str(b)])
+    assert cli.exit_code == 0, cli.output
+    assert "measured it, do not agree" in cli.output and "shared: agree" in cli.output
+    far = _study(tmp_path / "c", _numbers(measured(2000, 1500, 2500, 2000),
+                                          measured(1000, 800, 1200, 1000)))
+    apart = compare_studies(a, far)
+    assert not apart.agree and apart.verdict().startswith("do not agree")
+    assert "measured at n = 17,908 by the verify stage" in apart.regimes[1].why
+    unmeasured = _study(tmp_path / "d", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
+    mixed = compare_studies(a, unmeasured)
+    assert all(r.predicted == "" for r in mixed.regimes) and mixed.predictions_agree is None
+    assert compare_studies(unmeasured, unmeasured).verdict() == "agree"
+    both_bounds = _study(tmp_path / "e", _numbers(measured(None, 100, 900, 100),
+                                                  measured(None, 100, 900, 100)))
+    assert {r.verdict for r in compare_studies(both_bounds, both_bounds).regimes} == {
+        "cannot tell"}
 
 
 def test_different_questions_are_not_compared(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from crl.experiments.negatives.answer import answer, tolerance_sensitivity
+from crl.experiments.negatives.answer import answer, answer_from_cells, tolerance_sensitivity
 from crl.experiments.negatives.backtest import backtest
 from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.laws import (
@@ -19,7 +19,7 @@ from crl.experiments.negatives.laws import (
     recommend,
 )
 from crl.experiments.negatives.tolerance import Tolerance
-from negatives_planted import cell, law_rows
+from negatives_planted import cell, law_rows, planted_table
 
 NS = [500, 1000, 2000, 4000, 8000, 16000]
 
@@ -154,3 +154,48 @@ def test_curve_cells_are_deterministic() -> None:
     a = curve_cells(rows, "score", True, Tolerance(0.01))
     b = curve_cells(list(reversed(rows)), "score", True, Tolerance(0.01))
     assert [(c.m_star, c.lower, c.upper) for c in a] == [(c.m_star, c.lower, c.upper) for c in b]
+
+
+def _target_rows(target: int, m_star: float, *, seeds: int = 4, seed: int = 1,
+                 regime: str = "independent") -> list[dict[str, object]]:
+    """Verify-stage rows at ``target`` whose curve saturates at ``m_star``."""
+    ms = [round(target * f) for f in (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0)]
+    table = planted_table(ms, m_star, seeds=seeds, noise=0.001,
+                          rng=np.random.default_rng(seed))
+    return [{"regime": regime, "n": target, "m": m, "seed": s, "arm": "verify",
+             "score": float(table[s, j])} for s in range(seeds) for j, m in enumerate(ms)]
+
+
+def test_a_measurement_at_the_target_replaces_the_prediction_and_tests_it() -> None:
+    """Planted: the grid's law predicts e^0.3 n^0.5 (about 270 at n = 40,000); at the target
+    the truth is 2,000. The recommendation is the measured m* with its own seed interval
+    (holding 2,000), the law's prediction is kept beside it and flagged as missing; at half
+    and twice the tolerance the target cell is re-read, m* moving the right way."""
+    rows = law_rows(NS, 0.5, 0.3, seeds=4, noise=0.002)
+    target_rows = _target_rows(40_000, 2_000.0)
+    answers = tolerance_sensitivity(rows, "score", True, Tolerance(0.01), 40_000,
+                                    target_rows=target_rows)
+    result = answers[1]
+    rec = result.recommendations["independent"]
+    assert rec.source == "verify stage" and rec.n_used == 40_000 and not rec.extrapolation
+    assert rec.m is not None and rec.low <= 2_000 <= rec.high and rec.high / rec.low < 2
+    assert rec.prediction is not None and rec.prediction.source == "law"
+    assert rec.prediction.high < 2_000 and rec.prediction_inside is False
+    [target] = result.targets
+    assert target.n == 40_000 and target.m_star == rec.m and target.exact
+    assert all(c.n != 40_000 for c in result.cells)  # the target never enters the law
+    assert result.laws == answer(rows, "score", True, Tolerance(0.01), 40_000).laws
+    half, _, twice = (a.recommendations["independent"].m for a in answers)
+    assert half is not None and twice is not None and half > rec.m > twice
+    assert result.to_dict()["recommendations"]["independent"]["prediction"]["source"] == "law"
+    # a measurement inside the law's interval is flagged as such
+    agreeing = answer(rows, "score", True, Tolerance(0.01), 40_000,
+                      target_rows=_target_rows(40_000, math.exp(0.3) * 40_000 ** 0.5))
+    assert agreeing.recommendations["independent"].prediction_inside is True
+
+
+def test_target_cells_must_be_at_the_target_n() -> None:
+    rows = law_rows(NS, 0.5, 0.3, seeds=3, noise=0.002)
+    cells = curve_cells(rows, "score", True, Tolerance(0.01))
+    with pytest.raises(ValueError, match="target cells must be at n = 40000"):
+        answer_from_cells(cells, Tolerance(0.01), 40_000, targets=cells[:1])

@@ -73,7 +73,7 @@ def reanalysed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     files are never touched); the exact-model cache is the full study's (same settings)."""
     source = DOCS / f"negatives-{request.param}"
     folder = tmp_path_factory.mktemp(request.param)
-    for name in ("study.json", DATA_FILE, "refinement.json"):
+    for name in ("study.json", DATA_FILE, "refinement.json", "verify.json"):
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
     theory = source / THEORY_FILE
@@ -130,10 +130,13 @@ def test_the_report_drops_what_the_data_do_not_carry(
     assert "as the theory predicts" not in words and "neither confirm nor rule out" not in words
     assert f"within {numbers['tolerance']['text']} of the best" in analysis.headline
     for regime, rec in numbers["recommendations"].items():
-        assert rec["source"] in ("law", "nearest cell")
+        # measured at the target n where the verify stage ran, the grid's prediction kept
+        predicted = rec["prediction"] if rec["source"] == "verify stage" else rec
+        assert (rec["source"] == "verify stage") == (rec["verify"] is not None)
+        assert predicted["source"] in ("law", "nearest cell")
         law = numbers["laws"][regime]
         if law["verdict"] == "does not fit":
-            assert rec["source"] == "nearest cell"
+            assert predicted["source"] == "nearest cell"
             assert f"{regime}: one power law does not describe these cells" in analysis.headline
     verdicts = {v["verdict"] for v in numbers["verdicts"].values()}
     assert verdicts <= {"consistent", "contradicted", "cannot tell"}

@@ -82,11 +82,17 @@ def test_epochs_control_and_an_interrupted_verify_stage(
     assert measured["measured_m"] in measured["measured_ms"]
     # the answer to paste is the one measured at the target n, not the extrapolation
     pasted = numbers["fragments"]["shared"]
-    assert pasted["m"] == measured["measured_m"] and pasted["source"] == "verify stage"
-    assert pasted["negatives"] == {"regime": "shared", "m": measured["measured_m"]}
-    assert f"m: {measured['measured_m']}" in analysis.closing
-    assert numbers["recommendations"]["shared"]["verify"] == measured
-    assert f"Verified at n = 256 (shared): m = 32 is {measured['verdict']}" in analysis.headline
+    rec = numbers["recommendations"]["shared"]
+    assert rec["source"] == "verify stage" and rec["n_used"] == 256
+    assert rec["prediction"]["source"] in ("law", "nearest cell")  # the grid's, kept beside
+    assert measured["cell"]["n"] == 256 and measured["cell"]["m_star"] == rec["m"]
+    value = rec["m"] if rec["m"] is not None else rec["low"] or rec["high"]
+    assert pasted["m"] == max(1, round(value)) and pasted["source"] == "verify stage"
+    assert pasted["negatives"] == {"regime": "shared", "m": pasted["m"]}
+    assert f"m: {pasted['m']}" in analysis.closing
+    assert rec["verify"] == measured
+    assert (f"Verified at n = 256 (shared): the prediction m = 32 is {measured['verdict']}"
+            in analysis.headline)
     [controls] = [s for s in analysis.sections if s.title.startswith("Control arm")]
     assert len(numbers["control"]) == 2 and "batch 8 against 32" in controls.paragraphs[1]
     saved = json.loads((study_dir / "analysis.json").read_text())["numbers"]

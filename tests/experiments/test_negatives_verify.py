@@ -133,8 +133,13 @@ def test_a_second_round_brackets_the_answer_at_the_target_n(tmp_path: Path) -> N
     done = verify_result(second, rows, "error", False, Tolerance(0.01))
     assert done is not None and done.verdict == "not within"  # still m_rec's verdict
     assert (done.below_m, done.measured_m) == (1200, 1931)  # 1,931: 0.001 below the top
-    assert "the smallest m within the tolerance of the best is 1,931" in verify_text(
-        done, "error", False)
+    # the answer is read from the runs' own curve at the target n and checked on them
+    assert done.cell is not None and done.cell.n == TARGET and done.cell.seeds == (0, 1, 2)
+    assert done.check is not None and done.check.m >= (done.cell.m_star or done.cell.lower)
+    assert done.check.verdict == "within" and done.check.m == 1931
+    words = verify_text(done, "error", False)
+    assert "m = 1,931, the smallest measured m at or above that reading" in words
+    assert "this is the recommendation" in words
     # a within verdict plans nothing more
     easy = verify_result(plan, _rows(plan, {300: 0.40, 600: 0.449, 1200: 0.45, TARGET: 0.45},
                                      noise=0.0005), "error", False, Tolerance(0.01))

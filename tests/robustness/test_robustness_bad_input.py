@@ -803,6 +803,10 @@ CASES: list[Case] = [
          "top-level key", CrlValueError,
          "study.json: colour: unknown key; valid keys: study, preset, options",
          "remove the key", cli=_report_on({"data": "synthetic"}, colour="red")),
+    Case("cli-report-from-results-missing", "CLI", "`crl report DIR --from-results` on a study "
+         "directory without `results.csv`", CrlValueError,
+         "--from-results reads", "rebuild from the run directories, or restore results.csv",
+         cli=lambda tmp: [*_report_on({"data": "synthetic"})(tmp), "--from-results"]),
     Case("cli-report-not-a-study", "CLI", "`crl report DIR` on a directory that is not a study",
          CrlValueError, "is not a study directory (no study.json)",
          "pass the directory `crl study` wrote",

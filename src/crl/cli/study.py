@@ -170,12 +170,15 @@ _simple("gcl", "Small-batch GCL against mini-batch InfoNCE at B in {16, 64, 256,
 
 @app.command("report")
 @handle_errors
-def report(study_dir: Path = typer.Argument(..., help="A study directory, e.g. runs/negatives.")
-           ) -> None:
+def report(study_dir: Path = typer.Argument(..., help="A study directory, e.g. runs/negatives."),
+           from_results: bool = typer.Option(
+               False, "--from-results",
+               help="Read the rows from the study's results.csv (kept as it is) instead of its "
+                    "run directories, e.g. for docs/results/negatives-full.")) -> None:
     """Rebuild a study's results.csv, plots and report.html from its files alone.
 
     Example: crl report runs/negatives
     """
     from crl.experiments.api import rebuild_report
 
-    _finish(study_dir, rebuild_report(study_dir), headline=False)
+    _finish(study_dir, rebuild_report(study_dir, from_results=from_results), headline=False)

@@ -101,9 +101,10 @@ def load_study(study_dir: str | Path) -> Study:
         raise CrlValueError(f"{path}: {exc}") from None
 
 
-def rebuild_report(study_dir: str | Path) -> Analysis:
+def rebuild_report(study_dir: str | Path, *, from_results: bool = False) -> Analysis:
     """Rebuild the report of the study in ``study_dir`` from its files alone
-    (``study_dir/report.html``); returns its analysis.
+    (``study_dir/report.html``); returns its analysis. ``from_results``: from its
+    ``results.csv`` (kept as it is) instead of its run directories.
 
     Raises:
         CrlError: when another process writes the study directory (a study running there), or
@@ -112,4 +113,4 @@ def rebuild_report(study_dir: str | Path) -> Analysis:
     study = load_study(study_dir)
     with lock_directory(study_dir, blocking=False):
         OutputDir(study_dir).refuse_links(depth=2)
-        return build_report(study, Path(study_dir))
+        return build_report(study, Path(study_dir), from_results=from_results)

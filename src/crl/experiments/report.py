@@ -15,8 +15,14 @@ from typing import Any
 
 from crl.env import environment_info
 from crl.errors import CrlValueError
-from crl.experiments.results import RESULTS_FILE, Unreadable, collect_results, write_results
-from crl.experiments.study import Analysis, Study
+from crl.experiments.results import (
+    RESULTS_FILE,
+    Unreadable,
+    collect_results,
+    read_results,
+    write_results,
+)
+from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import atomic_write, read_json, write_json
 
 REPORT_FILE = "report.html"
@@ -139,10 +145,11 @@ def _unreadable_html(unreadable: list[Unreadable]) -> list[str]:
 
 
 def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
-                environment: dict[str, Any], counts: dict[str, int], compute: str = "") -> str:
+                environment: dict[str, Any], counts: dict[str, int], compute: str = "", *,
+                from_results: bool = False) -> str:
     """The report page; images are inlined so the file stands alone. ``counts``: distinct
     runs ``finished`` (their results read) of ``total``; ``compute``: what they cost
-    (:func:`compute_text`)."""
+    (:func:`compute_text`); ``from_results``: the rows came from ``results.csv``."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
@@ -171,8 +178,10 @@ def render_html(study_dir: Path, title: str, analysis: Analysis, command: str,
                              f"<figcaption>{html.escape(figure.caption)}</figcaption></figure>")
     parts.append("<h2>Reproduce</h2>")
     parts.append(f"<pre>{html.escape(command)}</pre>")
-    parts.append("<p>The numbers above are rebuilt from the run directories by "
-                 f"<code>crl report {html.escape(str(study_dir))}</code>.</p>")
+    source, flag = ("results.csv", " --from-results") if from_results else \
+        ("the run directories", "")
+    parts.append(f"<p>The numbers above are rebuilt from {source} by "
+                 f"<code>crl report {html.escape(str(study_dir))}{flag}</code>.</p>")
     parts.append("<h2>Environment</h2><table>")
     for key, value in environment.items():
         parts.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(str(value))}</td></tr>")
@@ -192,10 +201,28 @@ def reproduce_command(study: Study) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def build_report(study: Study, study_dir: Path) -> Analysis:
-    """Rebuild ``results.csv``, ``analysis.json``, ``plots/`` and ``report.html`` of a study."""
+def build_report(study: Study, study_dir: Path, *, from_results: bool = False) -> Analysis:
+    """Rebuild ``results.csv``, ``analysis.json``, ``plots/`` and ``report.html`` of a study.
+
+    With ``from_results``, the rows are the study's ``results.csv`` itself, which is kept as
+    it is: for a study directory whose run directories are gone (the committed results of
+    docs/results/ hold only the study's own files).
+
+    Raises:
+        CrlValueError: when no finished run can be read (``from_results``: no
+            ``results.csv``, or an empty one).
+    """
     study.load_state(study_dir)
     specs = study.runs()
+    if from_results:
+        table = study_dir / RESULTS_FILE
+        if not table.is_file():
+            raise CrlValueError(f"study report: --from-results reads {table}, which does not "
+                                "exist; rebuild from the run directories (without the flag)")
+        rows = read_results(table)
+        if not rows:
+            raise CrlValueError(f"study report: {table} holds no runs")
+        return _write_report(study, study_dir, specs, rows, [], from_results=True)
     results = collect_results(specs, study_dir, study.result_keys())
     rows = results.rows
     if not rows:
@@ -211,14 +238,20 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
         )
     first = ["run_id", *dict.fromkeys(k for s in specs for k in s.tags)]
     write_results(results.written, study_dir / RESULTS_FILE, first)
+    return _write_report(study, study_dir, specs, rows, results.unreadable)
+
+
+def _write_report(study: Study, study_dir: Path, specs: list[RunSpec],
+                  rows: list[dict[str, Any]], unreadable: list[Unreadable], *,
+                  from_results: bool = False) -> Analysis:
+    """``analysis.json``, ``plots/`` and ``report.html`` from the result ``rows``."""
     (study_dir / PLOTS_DIR).mkdir(exist_ok=True)
     analysis = study.analyze(rows, study_dir)
-    analysis.unreadable = results.unreadable
+    analysis.unreadable = unreadable
     compute = compute_totals(rows)
     write_json(study_dir / ANALYSIS_FILE, {"headline": analysis.headline,
                                           "numbers": analysis.numbers, "compute": compute,
-                                          "unreadable": [u.to_dict() for u in
-                                                         results.unreadable]})
+                                          "unreadable": [u.to_dict() for u in unreadable]})
     recorded = study_dir / "environment.json"
     environment = read_json(recorded) if recorded.exists() else environment_info()
     if not recorded.exists():
@@ -226,6 +259,7 @@ def build_report(study: Study, study_dir: Path) -> Analysis:
     page = render_html(study_dir, study.title(), analysis,
                        reproduce_command(study), environment,
                        {"finished": len({r["run_id"] for r in rows}),
-                        "total": len({s.run_id for s in specs})}, compute_text(compute))
+                        "total": len({s.run_id for s in specs})}, compute_text(compute),
+                       from_results=from_results)
     atomic_write(study_dir / REPORT_FILE, lambda f: f.write(page.encode("utf-8")))
     return analysis

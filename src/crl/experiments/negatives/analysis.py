@@ -27,7 +27,7 @@ from crl.experiments.negatives.grid import Grid
 from crl.experiments.negatives.setup import UNTRAINED
 from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.negatives.tolerance import Tolerance
-from crl.experiments.negatives.verify import VerifyResult, measured_recommendation, verify_text
+from crl.experiments.negatives.verify import VerifyResult, verify_text
 from crl.experiments.study import Analysis, Section, Table
 from crl.theory.scaling import fit_critical_m
 
@@ -48,6 +48,8 @@ class StudyFacts:
             "reason"}``.
         control: The control arm's result per regime (:mod:`.control`; empty when not run).
         verify: The verify stage's measurement per regime (:mod:`.verify`).
+        target_rows: The verify runs those measurements read (:func:`~.arms.target_rows`):
+            the recommendation's cells at the target n, re-read at every tolerance.
         verify_note, control_note: Why the verify stage or the control arm has no result
             (when it has none), completing a sentence.
         run_config: A grid run's config: the loss, negatives and model the answer is
@@ -68,6 +70,7 @@ class StudyFacts:
     added: list[dict[str, Any]] = field(default_factory=list)
     control: list[ControlResult] = field(default_factory=list)
     verify: list[VerifyResult] = field(default_factory=list)
+    target_rows: list[dict[str, Any]] = field(default_factory=list)
     verify_note: str = "was not run (`--verify` runs it)."
     control_note: str = "was not run (`--control` runs it)."
     run_config: dict[str, Any] = field(default_factory=dict)
@@ -79,13 +82,12 @@ class StudyFacts:
 def answer_fragments(result: Answer, facts: StudyFacts
                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Each regime's recommendation as config sections, and the shared one's in-batch batch
-    size with its memory (:mod:`.fragment`); where the verify stage measured the answer at the
-    target n, that measurement (:func:`~.verify.measured_recommendation`)."""
+    size with its memory (:mod:`.fragment`): where the verify stage measured the answer at the
+    target n, that measurement (:func:`~.laws.measured_at_target`)."""
     config = facts.run_config
     loss = config.get("loss") or {"name": "gcl", "temperature": None}
     exclude = bool((config.get("negatives") or {}).get("exclude_same_label"))
-    measured = {v.plan.regime: measured_recommendation(v) for v in facts.verify}
-    recommendations = {r: measured.get(r, rec) for r, rec in result.recommendations.items()}
+    recommendations = result.recommendations
     fragments = {r: f for r, rec in recommendations.items()
                  if (f := config_fragment(rec, loss, exclude)) is not None}
     shared = recommendations.get("shared")
@@ -204,7 +206,8 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
     from crl.experiments.negatives.figures import plot_curves, plot_m_star, plot_regimes
 
     metric, higher, grid = spec.name, spec.higher_is_better, facts.grid
-    answers = tolerance_sensitivity(rows, metric, higher, tolerance, facts.target_n)
+    answers = tolerance_sensitivity(rows, metric, higher, tolerance, facts.target_n,
+                                    target_rows=facts.target_rows)
     result = answers[FACTORS.index(1.0)]
     cells = list(result.cells)
     budget = text.Budget(grid.samples(facts.target_n), grid.batch_size, facts.target_n,

@@ -2,17 +2,30 @@
 per regime with and without its censored cells, the recommendation, the backtest, the theory's
 verdicts, and how they move with the tolerance (docs/negatives.md; docs/theory.md §7).
 
+The recommendation for the target n is the grid's prediction there (the law where it fits,
+else the nearest measured cell, :func:`~.laws.recommend`) until the verify stage has measured
+the target n; then it is that measurement, the verify runs read as one more cell with its own
+curve and seed interval (:func:`~.laws.measured_at_target`), and the prediction is kept beside
+it as an out-of-sample test of the law.
+
 Pure functions of the rows; nothing here writes files or draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from crl.experiments.negatives.backtest import Backtest, backtest
 from crl.experiments.negatives.curves import CurveCell, curve_cells
-from crl.experiments.negatives.laws import LawFit, Recommendation, fit_law, recommend
+from crl.experiments.negatives.laws import (
+    LawFit,
+    Recommendation,
+    fit_law,
+    measured_at_target,
+    recommend,
+)
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.verdict import Verdict, difference_verdict, regime_verdict
@@ -27,9 +40,11 @@ class Answer:
 
     Attributes:
         tolerance: The tolerance. target_n: The n the recommendation is for.
-        cells: m* per (regime, n). laws: Per regime, the law with its censored cells;
-            laws_located: without them. recommendations, backtests: Per regime.
+        cells: m* per (regime, n) of the grid. laws: Per regime, the law with its censored
+            cells; laws_located: without them. recommendations, backtests: Per regime.
         verdicts: Per regime and ``shared - independent`` (when both regimes ran).
+        targets: The cells the verify stage measured at the target n (per regime, at most
+            one; they never enter the laws).
     """
 
     tolerance: Tolerance
@@ -40,6 +55,7 @@ class Answer:
     recommendations: dict[str, Recommendation]
     backtests: dict[str, Backtest]
     verdicts: dict[str, Verdict]
+    targets: tuple[CurveCell, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every part's own ``to_dict``."""
@@ -52,36 +68,54 @@ class Answer:
                                           for r, law in self.laws_located.items()},
                 "recommendations": {r: x.to_dict() for r, x in self.recommendations.items()},
                 "backtests": {r: b.to_dict() for r, b in self.backtests.items()},
-                "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()}}
+                "verdicts": {k: v.to_dict() for k, v in self.verdicts.items()},
+                "target_cells": [c.to_dict() for c in self.targets]}
 
 
-def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: int) -> Answer:
-    """The :class:`Answer` from already estimated ``cells``."""
+def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: int,
+                      targets: Sequence[CurveCell] = ()) -> Answer:
+    """The :class:`Answer` from already estimated ``cells`` and, where the verify stage ran,
+    the ``targets`` it measured at ``target_n`` (module docstring).
+
+    Raises:
+        ValueError: when a target cell is not at ``target_n``.
+    """
+    if any(t.n != target_n for t in targets):
+        raise ValueError(f"answer_from_cells: target cells must be at n = {target_n}; got "
+                         f"{sorted({t.n for t in targets})}")
     regimes = [r for r in REGIMES if any(c.regime == r for c in cells)]
     laws = {r: fit_law(cells, r) for r in regimes}
     located = {r: fit_law(cells, r, with_censored=False) for r in regimes}
     recs = {r: recommend(laws[r], cells, target_n) for r in regimes}
+    measured = {t.regime: t for t in targets if t.regime in recs}
+    recs = {r: measured_at_target(measured[r], rec) if r in measured else rec
+            for r, rec in recs.items()}
     tests = {r: b for r in regimes if (b := backtest(cells, r)) is not None}
     verdicts = {r: regime_verdict(laws[r]) for r in regimes}
     if len(regimes) == 2:
         verdicts["shared - independent"] = difference_verdict(laws["shared"],
                                                               laws["independent"])
-    return Answer(tolerance, target_n, tuple(cells), laws, located, recs, tests, verdicts)
+    return Answer(tolerance, target_n, tuple(cells), laws, located, recs, tests, verdicts,
+                  tuple(measured.values()))
 
 
 def answer(rows: list[dict[str, Any]], metric: str, higher: bool, tolerance: Tolerance,
-           target_n: int, *, seed: int = 0) -> Answer:
+           target_n: int, *, seed: int = 0,
+           target_rows: Sequence[dict[str, Any]] = ()) -> Answer:
     """The :class:`Answer` of ``rows`` (each with ``regime``, ``n``, ``m``, ``seed`` and
-    ``metric``) at ``tolerance`` for ``target_n``."""
+    ``metric``) at ``tolerance`` for ``target_n``; ``target_rows`` are the verify stage's
+    finished runs at ``target_n`` (read as target cells)."""
     cells = curve_cells(rows, metric, higher, tolerance, seed=seed)
-    return answer_from_cells(cells, tolerance, target_n)
+    targets = curve_cells(list(target_rows), metric, higher, tolerance, seed=seed)
+    return answer_from_cells(cells, tolerance, target_n, targets)
 
 
 def tolerance_sensitivity(rows: list[dict[str, Any]], metric: str, higher: bool,
                           tolerance: Tolerance, target_n: int, *,
-                          factors: tuple[float, ...] = FACTORS, seed: int = 0
-                          ) -> list[Answer]:
+                          factors: tuple[float, ...] = FACTORS, seed: int = 0,
+                          target_rows: Sequence[dict[str, Any]] = ()) -> list[Answer]:
     """One :class:`Answer` per ``factor * tolerance`` (half, the chosen and twice the
-    tolerance by default): m* per cell, alpha and the recommendation at each."""
-    return [answer(rows, metric, higher, tolerance.scaled(f), target_n, seed=seed)
-            for f in factors]
+    tolerance by default): m* per cell, alpha and the recommendation at each (the target
+    cells re-read at each tolerance too)."""
+    return [answer(rows, metric, higher, tolerance.scaled(f), target_n, seed=seed,
+                   target_rows=target_rows) for f in factors]

@@ -42,6 +42,15 @@ def verify_results(study: NegativesStudy, rows: list[dict[str, Any]]) -> list[Ve
     return [v for v in found if v is not None]
 
 
+def target_rows(results: list[VerifyResult], rows: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """The verify runs each result reads (its regime, the target n, its paired seeds): the
+    rows of the recommendation's cells at the target n (:mod:`.answer`)."""
+    keep = {(r.plan.regime, r.plan.target_n): set(r.seeds) for r in results}
+    return [row for row in rows if arm(row) == "verify"
+            and int(row["seed"]) in keep.get((str(row.get("regime")), int(row["n"])), set())]
+
+
 def verify_note(study: NegativesStudy, study_dir: Path) -> str:
     """Why the verify stage has no result, completing a sentence."""
     if not study.verify:

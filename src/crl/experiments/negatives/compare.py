@@ -5,11 +5,11 @@ The answer of a study holds for its question: the data, the metric, the toleranc
 and the training (samples per run or epochs at every n, at a batch size). Two studies answer the
 same question only when all of these match; then, per regime, they *agree* when each
 recommendation lies within the other's 95% interval, and otherwise the comparison says why they
-may differ (where each recommendation comes from, and what the verify stage measured). Where
-both verify stages measured the answer at the target n, those measurements are compared too:
-they agree when their brackets ``(below_m, measured_m]`` overlap, and the closing line
-(:meth:`Comparison.verdict`) says when they agree though the grids' recommendations do not.
-Reads ``analysis.json`` and ``study.json`` only.
+may differ (where each recommendation comes from, and what the verify stage measured). A study
+whose verify stage ran recommends the m* it measured at the target n (:mod:`.answer`); the
+grid's prediction there is kept beside it, and where both studies have one the predictions are
+compared too, by the same rule, and the closing line (:meth:`Comparison.verdict`) says whether
+they agree as well. Reads ``analysis.json`` and ``study.json`` only.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class RegimeComparison:
     b: tuple[float | None, float, float]
     verdict: str
     why: str = ""
-    measured: str = ""
+    predicted: str = ""
+    predictions_agree: bool | None = None
 
 
 @dataclass
@@ -55,27 +56,29 @@ class Comparison:
         return not self.mismatches and all(r.verdict == "agree" for r in self.regimes)
 
     @property
-    def measured_agree(self) -> bool | None:
-        """Whether the verify stages' answers at the target n agree in every regime (None
-        unless both studies measured every regime there)."""
-        if self.mismatches or not self.regimes or any(not r.measured for r in self.regimes):
+    def predictions_agree(self) -> bool | None:
+        """Whether the grids' predictions at the target n agree in every regime (None unless
+        both studies' recommendations were measured there, each with its prediction)."""
+        found = [r.predictions_agree for r in self.regimes]
+        if self.mismatches or not found or any(f is None for f in found):
             return None
-        return all(r.measured.endswith(": agree") for r in self.regimes)
+        return all(found)
 
     def verdict(self) -> str:
-        """The closing line: ``agree``, ``do not agree``, or, when the two grids'
-        recommendations differ but the answers measured at the target n agree, that.
+        """The closing line: ``agree`` or ``do not agree``, and, where the recommendations
+        were measured at the target n, whether the grids' predictions agree too.
 
         Example:
             >>> Comparison(Path("a"), Path("b"), ["data: x against y"]).verdict()
             'do not agree'
         """
-        if self.agree:
-            return "agree"
-        if self.measured_agree:
-            return ("do not agree on the grids' recommendations; the answers measured at the "
-                    "target n (the configs to paste) agree")
-        return "do not agree"
+        words = "agree" if self.agree else "do not agree"
+        if self.predictions_agree is False:
+            words += ("; the grids' predictions at the target n, before the verify stages "
+                      "measured it, do not agree")
+        elif self.predictions_agree:
+            words += "; the grids' predictions at the target n agree too"
+        return words
 
     def lines(self) -> list[str]:
         """The comparison in words, one line each."""
@@ -87,7 +90,7 @@ class Comparison:
             line = (f"{r.regime}: {r.verdict}: A m = {_m(r.a[0])} [{_m(r.a[1])}, {_m(r.a[2])}], "
                     f"B m = {_m(r.b[0])} [{_m(r.b[1])}, {_m(r.b[2])}]")
             out.append(line + (f" ({r.why})" if r.why else "")
-                       + (f"; {r.measured}" if r.measured else ""))
+                       + (f"; {r.predicted}" if r.predicted else ""))
         return out
 
 
@@ -137,6 +140,8 @@ def _why(ra: dict[str, Any], rb: dict[str, Any]) -> str:
     def origin(rec: dict[str, Any]) -> str:
         if rec["source"] == "law":
             return "the law m*(n)" + (" (extrapolated)" if rec["extrapolation"] else "")
+        if rec["source"] == "verify stage":
+            return f"measured at n = {rec['n_used']:,} by the verify stage"
         return f"the {rec['source']} at n = {rec['n_used']:,}"
     parts = [f"A from {origin(ra)}, B from {origin(rb)}"]
     for name, rec in (("A", ra), ("B", rb)):
@@ -148,27 +153,43 @@ def _why(ra: dict[str, Any], rb: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _bracket(verify: dict[str, Any]) -> tuple[float, float]:
-    below = verify.get("below_m")
-    return (0.0 if below is None else float(below)), float(verify["measured_m"])
-
-
-def measured_agreement(ra: dict[str, Any], rb: dict[str, Any]) -> str:
-    """The two verify stages' answers at the target n side by side ("" unless both measured
-    one): they agree when their brackets ``(below_m, measured_m]`` overlap.
+def _agree(ta: tuple[float | None, float, float], tb: tuple[float | None, float, float]
+           ) -> bool | None:
+    """Each value within the other's interval; where one gives only bounds, the other's value
+    within them; None when both give only bounds.
 
     Example:
-        >>> v = {"measured_m": 2000, "below_m": 1400}
-        >>> measured_agreement({"verify": v}, {"verify": {"measured_m": 1400, "below_m": 1000}})
-        'measured at the target n: A m = 2,000 (above 1,400), B m = 1,400 (above 1,000): disagree'
+        >>> _agree((6000.0, 5000.0, 7000.0), (None, 4000.0, 18000.0))
+        True
     """
-    va, vb = ra.get("verify"), rb.get("verify")
-    if not va or not vb or "measured_m" not in va or "measured_m" not in vb:
-        return ""
-    (la, ha), (lb, hb) = _bracket(va), _bracket(vb)
-    verdict = "agree" if la < hb and lb < ha else "disagree"
-    return (f"measured at the target n: A m = {ha:,.0f} (above {la:,.0f}), B m = {hb:,.0f} "
-            f"(above {lb:,.0f}): {verdict}")
+    if ta[0] is None and tb[0] is None:
+        return None
+    if ta[0] is None:
+        return ta[1] <= float(tb[0]) <= ta[2]  # type: ignore[arg-type]
+    if tb[0] is None:
+        return tb[1] <= ta[0] <= tb[2]
+    return tb[1] <= ta[0] <= tb[2] and ta[1] <= tb[0] <= ta[2]
+
+
+def predicted_agreement(ra: dict[str, Any], rb: dict[str, Any]) -> tuple[str, bool | None]:
+    """The two grids' predictions at the target n side by side, where both recommendations
+    were measured there and kept their predictions (``("", None)`` otherwise), by the rule of
+    the recommendations (each within the other's interval).
+
+    Example:
+        >>> a = {"prediction": {"m": 700, "low": 500, "high": 900}}
+        >>> b = {"prediction": {"m": 6000, "low": 4000, "high": 9000}}
+        >>> predicted_agreement(a, b)[0]
+        "the grids' predictions: A m = 700 [500, 900], B m = 6,000 [4,000, 9,000]: disagree"
+    """
+    pa, pb = ra.get("prediction"), rb.get("prediction")
+    if not pa or not pb:
+        return "", None
+    ta, tb = _triple(pa), _triple(pb)
+    agree = _agree(ta, tb)
+    verdict = "cannot tell" if agree is None else "agree" if agree else "disagree"
+    return (f"the grids' predictions: A m = {_m(ta[0])} [{_m(ta[1])}, {_m(ta[2])}], B m = "
+            f"{_m(tb[0])} [{_m(tb[1])}, {_m(tb[2])}]: {verdict}", agree)
 
 
 def _triple(rec: dict[str, Any]) -> tuple[float | None, float, float]:
@@ -195,12 +216,17 @@ def compare_studies(a: str | Path, b: str | Path) -> Comparison:
     for regime in sorted(set(na["recommendations"]) & set(nb["recommendations"])):
         ra, rb = na["recommendations"][regime], nb["recommendations"][regime]
         ta, tb = _triple(ra), _triple(rb)
-        if ta[0] is None or tb[0] is None:
-            verdict, why = "cannot tell", "a recommendation gives only bounds"
-        elif tb[1] <= ta[0] <= tb[2] and ta[1] <= tb[0] <= ta[2]:
-            verdict, why = "agree", "each within the other's interval"
+        agree = _agree(ta, tb)
+        if agree is None:
+            verdict, why = "cannot tell", "both recommendations give only bounds"
+        elif agree:
+            verdict = "agree"
+            why = ("each within the other's interval" if ta[0] is not None and tb[0] is not None
+                   else f"{'A' if ta[0] is None else 'B'} gives only bounds, and the other's m "
+                        "lies within them")
         else:
             verdict, why = "disagree", _why(ra, rb)
-        result.regimes.append(RegimeComparison(regime, ta, tb, verdict, why,
-                                               measured_agreement(ra, rb)))
+        predicted, predictions_agree = predicted_agreement(ra, rb)
+        result.regimes.append(RegimeComparison(regime, ta, tb, verdict, why, predicted,
+                                               predictions_agree))
     return result

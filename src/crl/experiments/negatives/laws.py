@@ -335,6 +335,9 @@ class Recommendation:
         n_used: The n the value was measured at (the target when from the law).
         extrapolation: The law's prediction lies outside the swept n.
         reason: In words, why this source.
+        prediction: For ``verify stage`` (m* measured at the target n,
+            :func:`measured_at_target`): what the grid's rule (law or nearest cell) had
+            predicted there before the measurement; None otherwise.
     """
 
     regime: str
@@ -346,6 +349,18 @@ class Recommendation:
     n_used: int
     extrapolation: bool
     reason: str
+    prediction: Recommendation | None = None
+
+    @property
+    def prediction_inside(self) -> bool | None:
+        """Whether the measured m* at the target n lies inside the prediction's interval (its
+        interval's bounds for a censored reading: the two overlap); None without both."""
+        p = self.prediction
+        if p is None or (p.m is None and p.low <= 0 and math.isinf(p.high)):
+            return None
+        if self.m is not None:
+            return p.low <= self.m <= p.high
+        return self.low <= p.high and p.low <= self.high
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (open ends are None)."""
@@ -353,7 +368,35 @@ class Recommendation:
                 "m": self.m, "m_over_n": None if self.m is None else self.m / self.target_n,
                 "low": finite(self.low), "high": finite(self.high),
                 "n_used": self.n_used, "extrapolation": self.extrapolation,
-                "reason": self.reason}
+                "reason": self.reason,
+                "prediction": None if self.prediction is None else self.prediction.to_dict(),
+                "prediction_inside": self.prediction_inside}
+
+
+def measured_at_target(cell: CurveCell, prediction: Recommendation) -> Recommendation:
+    """The recommendation once m* is measured at the target n (the verify stage's runs read as
+    one more cell, :mod:`.curves`): that cell's m* and its seed-resampling interval, with the
+    grid's ``prediction`` kept beside it. A censored reading gives only bounds (m None).
+
+    Example:
+        >>> from crl.experiments.negatives.curves import estimate_curve_cell
+        >>> from crl.experiments.negatives.tolerance import Tolerance
+        >>> ms = (250.0, 500.0, 1000.0, 4000.0)
+        >>> table = np.array([[0.50, 0.58, 0.60, 0.60], [0.52, 0.59, 0.61, 0.61],
+        ...                   [0.51, 0.58, 0.60, 0.61]])
+        >>> cell = estimate_curve_cell("shared", 4000, ms, (0, 1, 2), table,
+        ...                            Tolerance.parse(0.01), rng=np.random.default_rng(0))
+        >>> law = Recommendation("shared", 4000, "law", 500.0, 400.0, 640.0, 4000, True, "fits")
+        >>> rec = measured_at_target(cell, law)
+        >>> rec.source, rec.m == cell.m_star, rec.prediction_inside
+        ('verify stage', True, False)
+    """
+    seeds = len(cell.seeds)
+    where = (f"measured at the target n = {cell.n:,} by the verify stage ({seeds} seeds, "
+             f"{len(cell.ms)} m; {cell.method} curve)")
+    reason = where + (f": {cell.reason}" if cell.m_star is None else "")
+    return Recommendation(cell.regime, cell.n, "verify stage", cell.m_star, cell.lower,
+                          cell.upper, cell.n, False, reason, prediction)
 
 
 def recommend(law: LawFit, cells: list[CurveCell], target_n: int) -> Recommendation:

@@ -29,6 +29,7 @@ from crl.experiments.negatives.arms import (
     arm,
     control_note,
     control_results,
+    target_rows,
     verify_note,
     verify_results,
 )
@@ -390,11 +391,12 @@ class NegativesStudy(Study):
         distinct = len({r["run_id"] for r in rows})
         config = self.runs()[0].config
         kind = str(data.get("model_kind") or config["model"].get("kind"))
+        verified = verify_results(self, rows)
         facts = StudyFacts(setup_section(self, data, distinct), self.grid,
                            self._target(study_dir), test_size=data.get("test_size"),
                            baseline=data.get("baseline"), baseline_label=baseline_label(data),
                            added=self.added, control=control_results(self, rows),
-                           verify=verify_results(self, rows),
+                           verify=verified, target_rows=target_rows(verified, rows),
                            verify_note=verify_note(self, study_dir),
                            control_note=control_note(self), run_config=config,
                            embed_dim=embedding_dim(config["model"], kind),

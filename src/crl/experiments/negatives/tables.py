@@ -72,13 +72,22 @@ def recommendation_table(result: Answer) -> Table:
     rows = []
     for regime, rec in result.recommendations.items():
         test = result.backtests.get(regime)
+        p = rec.prediction
+        predicted = ("—" if p is None else
+                     f"{m_text(p.m)} [{m_text(p.low)}, {m_text(p.high)}] ({p.source}"
+                     + (", extrapolated" if p.extrapolation else "") + ")")
+        inside = rec.prediction_inside
         rows.append([regime, rec.target_n, rec.source, m_text(rec.m),
                      f"[{m_text(rec.low)}, {m_text(rec.high)}]", rec.n_used,
-                     "yes" if rec.extrapolation else "no",
+                     "yes" if rec.extrapolation else "no", predicted,
+                     "—" if inside is None else "inside" if inside else "outside",
                      "—" if test is None else test.reason])
-    return Table("The recommendation per regime, and the backtest (the largest n predicted "
-                 "from the others)", ["regime", "target n", "source", "m", "95% interval",
-                                      "n measured at", "extrapolation", "backtest"], rows)
+    return Table("The recommendation per regime, the grid's prediction at the target n "
+                 "where the verify stage measured it, and the backtest (the largest n "
+                 "predicted from the others)",
+                 ["regime", "target n", "source", "m", "95% interval", "n measured at",
+                  "extrapolation", "the grid predicted", "measurement in it", "backtest"],
+                 rows)
 
 
 def sensitivity_table(answers: list[Answer]) -> Table:

@@ -126,6 +126,14 @@ def recommendation_text(rec: Recommendation, budget: Budget) -> str:
             text += " This is an extrapolation: n lies outside the swept range."
         if "capped" in rec.reason:
             text += " The law asks for more than all other anchors, so use them all."
+    elif rec.source == "verify stage":
+        text = (f"{lead}, use m of about {m_text(rec.m)} per anchor ({pct(rec.m, rec.target_n)} "
+                f"of n; 95% interval [{m_text(rec.low)}, {m_text(rec.high)}] over seed "
+                "resamples), measured at this n by the verify stage and read from its fitted "
+                "curve like every cell." if rec.m is not None else
+                f"{lead}: the verify stage's runs at this n only bound m* to "
+                f"[{m_text(rec.low)}, {m_text(rec.high)}].")
+        text += " " + prediction_words(rec)
     elif rec.source == "nearest cell":
         why = ("one power law does not describe these cells" if "does not fit" in rec.reason
                else "the law is untested")
@@ -140,6 +148,23 @@ def recommendation_text(rec: Recommendation, budget: Budget) -> str:
     if value is not None and math.isfinite(value):
         text += " " + units_text(rec, value)
     return text + " " + budget_text(budget)
+
+
+def prediction_words(rec: Recommendation) -> str:
+    """How the grid's prediction at the target n compares with the measurement there."""
+    p = rec.prediction
+    if p is None:
+        return ""
+    inside = rec.prediction_inside
+    where = ("the law m*(n)" + (", extrapolated" if p.extrapolation else "") if p.source == "law"
+             else f"the measured cell nearest the target, n = {p.n_used:,}"
+             if p.source == "nearest cell" else p.source)
+    value = (f"m = {m_text(p.m)} [{m_text(p.low)}, {m_text(p.high)}]" if p.m is not None else
+             f"only bounds [{m_text(p.low)}, {m_text(p.high)}]")
+    verdict = ("cannot be compared" if inside is None else
+               "the measurement lies inside its interval" if inside else
+               "the measurement lies outside its interval: the grid's prediction missed at this n")
+    return f"Before the measurement the grid predicted {value} ({where}); {verdict}."
 
 
 def prediction_text() -> str:
@@ -185,12 +210,38 @@ def _headline_regime(result: Answer, regime: str) -> str:
     else:
         shape = f"m* ~ n^{interval_text(law.alpha, law.alpha_ci)} ({law.verdict})"
     answer_part = (f"use m ≈ {m_text(rec.m)} ({pct(rec.m, rec.target_n)} of n) at n = "
-                   f"{rec.target_n:,} ("
-                   + ("the law" if rec.source == "law" else
-                      f"the nearest measured cell, n = {rec.n_used:,}") + ")"
-                   if rec.m is not None else "no point recommendation")
+                   f"{rec.target_n:,} (" + _source_words(rec) + ")"
+                   if rec.m is not None else
+                   f"only bounds at n = {rec.target_n:,}: m* in [{m_text(rec.low)}, "
+                   f"{m_text(rec.high)}] (" + _source_words(rec) + ")" if rec.low > 0 else
+                   "no point recommendation")
     return (f"{regime}: {shape}, against the theory's {predicted}: {verdict.verdict}; "
             f"{answer_part}")
+
+
+def _source_words(rec: Recommendation) -> str:
+    if rec.source == "law":
+        return "the law"
+    if rec.source == "verify stage":
+        return "measured there by the verify stage"
+    return f"the nearest measured cell, n = {rec.n_used:,}"
+
+
+def _verified_words(v: VerifyResult) -> str:
+    """The verify stage in the headline: the prediction's verdict and the measured answer's
+    check, each against the best measured at the target n."""
+    text = (f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): the prediction m = "
+            f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured there (m = "
+            f"{v.best_m:,})")
+    cell, check = v.cell, v.check
+    if cell is None or check is None:
+        return text + "."
+    if cell.m_star is None:
+        bound = (f"m* >= {m_text(cell.lower)}" if cell.status == "above" else
+                 f"m* <= {m_text(cell.upper)}")
+        return text + f"; the runs there bound the answer only: {bound}."
+    return text + (f"; measured there, m* = {m_text(cell.m_star)}, and m = {check.m:,}, the "
+                   f"first measured m at or above it, is {check.verdict} it.")
 
 
 def headline(result: Answer, spec: MetricSpec, budget: Budget,
@@ -199,11 +250,7 @@ def headline(result: Answer, spec: MetricSpec, budget: Budget,
     the verify stage ran, whether it holds there."""
     if not result.cells:
         return "No finished runs to analyse."
-    verified = "".join(f" Verified at n = {v.plan.target_n:,} ({v.plan.regime}): m = "
-                       f"{v.plan.m_rec:,} is {v.verdict} the tolerance of the best measured "
-                       f"there (m = {v.best_m:,})"
-                       + ("." if v.measured_m == v.plan.m_rec else
-                          f"; measured there, use m = {v.measured_m:,}.") for v in verify)
+    verified = "".join(_verified_words(v) for v in verify)
     if all(c.status == "below" for c in result.cells):
         return ("On this data and budget the number of negatives made no measurable "
                 f"difference: in every (regime, n) the curve at the smallest swept m is within "

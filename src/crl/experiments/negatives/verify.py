@@ -16,9 +16,16 @@ conservative, a small "not within" may be selection.
 Where ``m_rec`` is not within, the extrapolation missed at the user's n, and the study measures
 there instead: one more round (:func:`plan_second_round`) adds :data:`SECOND_ROUND_POINTS` m,
 evenly spaced in log m, between the largest measured m that is not within the tolerance of the
-best and the smallest that is, on the same seeds. The answer at the target n is then
-:attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of
-the best there, with the step below it that the measurements cannot resolve.
+best and the smallest that is, on the same seeds.
+
+The answer at the target n is then read like every cell of the grid (:mod:`.curves`): the verify
+runs of a regime are one more cell, at the target n, whose fitted curve gives m* with an interval
+that resamples whole seeds (:attr:`VerifyResult.cell`; it becomes the recommendation,
+:func:`~.laws.measured_at_target`). That reading is checked on the runs themselves: the
+smallest measured m at or above it (:attr:`VerifyResult.checked_m`) against the best, paired
+over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). :attr:`VerifyResult.measured_m`, the
+smallest measured m whose mean is within the tolerance of the best, with the step below it
+(``below_m``), is what the second round brackets.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from crl.experiments.negatives.curves import cell_tables
+from crl.experiments.negatives.curves import CurveCell, cell_tables, curve_cells
 from crl.experiments.negatives.laws import Recommendation
 from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
@@ -105,6 +112,42 @@ def plan_verify(recommendations: dict[str, Recommendation], target_n: int, large
 
 
 @dataclass(frozen=True)
+class PairedCheck:
+    """``best - m`` at the target n for one measured ``m``, paired over seeds.
+
+    Attributes:
+        m: The m checked. difference: The mean over seeds of ``score(best) - score(m)``
+            (oriented: higher is better). interval: Its 95% interval over seed resamples.
+        verdict: ``within``, ``within (the interval reaches past the tolerance)`` or ``not
+            within`` (module docstring).
+    """
+
+    m: int
+    difference: float
+    interval: tuple[float, float]
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"m": self.m, "difference": self.difference, "interval": list(self.interval),
+                "verdict": self.verdict}
+
+
+def _paired(table: np.ndarray, best: int, k: int, counts: np.ndarray, weights: np.ndarray,
+            tol: float, m: int) -> PairedCheck:
+    """The :class:`PairedCheck` of column ``k`` of ``table (S, M)`` against column ``best``,
+    over the seed resamples ``counts (R, S)`` with ``weights (R,)``."""
+    diff = table[:, best] - table[:, k]  # (S,) paired
+    draws = counts @ diff / table.shape[0]
+    interval = (weighted_quantile(draws, weights, 0.025),
+                weighted_quantile(draws, weights, 0.975))
+    point = float(diff.mean())
+    verdict = ("not within" if point > tol else "within" if interval[1] <= tol
+               else "within (the interval reaches past the tolerance)")
+    return PairedCheck(m, point, interval, verdict)
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     """What the verify runs measured for one regime.
 
@@ -113,6 +156,12 @@ class VerifyResult:
             (oriented). best_m: The best of them. difference, interval: ``best - m_rec``
             paired over ``seeds``, and its 95% interval. tolerance_points: The tolerance in
             metric units (relative to the best). verdict: See the module docstring.
+        measured_m, below_m: The smallest measured m within the tolerance of the best (by
+            the means) and the measured m below it (None: none below).
+        cell: The verify runs read as a cell at the target n (None with fewer than 2 m).
+        check: The smallest measured m at or above the cell's m* (its lower bound when the
+            curve only bounds m* from below; the largest m when m* lies beyond the measured
+            m) against the best, paired over seeds (None without a cell).
     """
 
     plan: VerifyPlan
@@ -128,6 +177,13 @@ class VerifyResult:
     verdict: str
     measured_m: int
     below_m: int | None
+    cell: CurveCell | None = None
+    check: PairedCheck | None = None
+
+    @property
+    def checked_m(self) -> int | None:
+        """The measured m the reading was checked at (:attr:`check`)."""
+        return None if self.check is None else self.check.m
 
     def to_dict(self, higher: bool = True) -> dict[str, Any]:
         """JSON-ready; ``means`` in the metric's own direction."""
@@ -138,7 +194,9 @@ class VerifyResult:
                 "tolerance_points": self.tolerance_points, "seeds": list(self.seeds),
                 "exact": self.exact, "num_resamples": self.num_resamples,
                 "verdict": self.verdict, "measured_m": self.measured_m,
-                "below_m": self.below_m}
+                "below_m": self.below_m,
+                "cell": None if self.cell is None else self.cell.to_dict(),
+                "check": None if self.check is None else self.check.to_dict()}
 
 
 def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, higher: bool,
@@ -159,37 +217,26 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
     seeds = tuple(seeds_f[k] for k in keep)
     means = table.mean(axis=0)
     best = int(np.argmax(means))
-    rec = ms.index(plan.m_rec)
-    diff = table[:, best] - table[:, rec]  # (S,) paired
     rng = np.random.default_rng([plan.target_n, len(seeds)])
     counts, weights, exact = seed_resamples(len(seeds), rng)
-    draws = counts @ diff / len(seeds)
-    interval = (weighted_quantile(draws, weights, 0.025),
-                weighted_quantile(draws, weights, 0.975))
     tol = tolerance.points(float(means[best]))
-    point = float(diff.mean())
-    verdict = ("not within" if point > tol else "within" if interval[1] <= tol
-               else "within (the interval reaches past the tolerance)")
+    of_rec = _paired(table, best, ms.index(plan.m_rec), counts, weights, tol, plan.m_rec)
     within = [k for k in range(len(ms)) if means[best] - means[k] <= tol]  # best's included
     first = min(within)
-    return VerifyResult(plan, tuple(ms), tuple(float(v) for v in means), ms[best], point,
-                        interval, tol, seeds, exact, len(weights), verdict, ms[first],
-                        ms[first - 1] if first > 0 else None)
-
-
-def measured_recommendation(r: VerifyResult) -> Recommendation:
-    """The answer the verify stage measured at the target n, as the recommendation to paste:
-    ``measured_m`` with ``(below_m, measured_m]`` as its bracket (the runs cannot resolve the
-    step below it). It replaces the extrapolated ``m_rec`` wherever the verify stage ran: a
-    measurement at the user's n, on the same criterion as m* (the smallest m within the
-    tolerance of the best)."""
-    plan = r.plan
-    return Recommendation(
-        plan.regime, plan.target_n, "verify stage", float(r.measured_m),
-        float(r.below_m or 0), float(r.measured_m), plan.target_n, False,
-        f"measured at n = {plan.target_n:,} on {len(r.seeds)} seeds: the smallest of the "
-        f"measured m within the tolerance of the best (m_rec = {plan.m_rec:,} was "
-        f"{r.verdict} it)")
+    mine = [r for r in rows if r.get("regime") == plan.regime
+            and int(r["n"]) == plan.target_n and int(r["seed"]) in seeds]
+    cells = curve_cells(mine, metric, higher, tolerance)
+    cell = cells[0] if cells else None
+    check = None
+    if cell is not None:
+        reading = cell.m_star if cell.m_star is not None else \
+            cell.lower if cell.status == "above" else cell.upper
+        k = next((k for k, m in enumerate(ms) if m >= reading - 1e-9), len(ms) - 1)
+        check = _paired(table, best, k, counts, weights, tol, ms[k])
+    return VerifyResult(plan, tuple(ms), tuple(float(v) for v in means), ms[best],
+                        of_rec.difference, of_rec.interval, tol, seeds, exact, len(weights),
+                        of_rec.verdict, ms[first], ms[first - 1] if first > 0 else None,
+                        cell, check)
 
 
 def plan_second_round(result: VerifyResult) -> VerifyPlan:
@@ -217,22 +264,33 @@ def plan_second_round(result: VerifyResult) -> VerifyPlan:
 
 
 def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
-    """The measurement at the user's n in a sentence (every number is in ``analysis.json``)."""
+    """The measurement at the user's n in a few sentences (every number is in
+    ``analysis.json``)."""
     sign = 1.0 if higher else -1.0
     scores = ", ".join(f"m = {m:,}: {sign * v:.3f}" for m, v in zip(r.ms, r.means, strict=True))
     return (f"Measured at n = {r.plan.target_n:,} (the verify stage, {len(r.seeds)} seeds): "
-            f"{metric} {scores}. The best is m = {r.best_m:,}; m_rec = {r.plan.m_rec:,} is "
-            f"{r.difference:.3f} below it, paired over seeds [{r.interval[0]:.3f}, "
-            f"{r.interval[1]:.3f}] ({r.num_resamples} {'exact' if r.exact else 'random'} seed "
-            f"resamples), against the tolerance {r.tolerance_points:.3g}: {r.verdict}. "
-            + measured_text(r))
+            f"{metric} {scores}. The best is m = {r.best_m:,}; m_rec = {r.plan.m_rec:,} (the "
+            f"prediction, from the {r.plan.source}) is {r.difference:.3f} below it, paired over "
+            f"seeds [{r.interval[0]:.3f}, {r.interval[1]:.3f}] ({r.num_resamples} "
+            f"{'exact' if r.exact else 'random'} seed resamples), against the tolerance "
+            f"{r.tolerance_points:.3g}: {r.verdict}. " + measured_text(r))
 
 
 def measured_text(r: VerifyResult) -> str:
-    """The answer at the target n, from the verify runs alone."""
-    where = ("" if r.below_m is None else
-             f", the step from m = {r.below_m:,} (not within) unresolved")
-    rounds = (f" after a second round at m = {', '.join(f'{m:,}' for m in r.plan.second_round)}"
+    """The answer at the target n, read from the verify runs' own curve, and its check."""
+    rounds = (f" (with a second round at m = {', '.join(f'{m:,}' for m in r.plan.second_round)})"
               if r.plan.second_round else "")
-    return (f"Measured at the target n{rounds}: the smallest m within the tolerance of the best "
-            f"is {r.measured_m:,}{where}.")
+    cell, check = r.cell, r.check
+    if cell is None or check is None:
+        return (f"The runs at the target n{rounds} give no curve; the smallest measured m "
+                f"within the tolerance of the best is {r.measured_m:,}.")
+    if cell.m_star is not None:
+        reading = (f"m* = {cell.m_star:,.0f}, 95% interval [{cell.lower:,.0f}, "
+                   f"{cell.upper:,.0f}] over seed resamples")
+    else:
+        reading = f"only bounds m* ({cell.reason})"
+    lead = (f"Read from the runs at the target n{rounds} like every cell ({cell.method} "
+            f"curve, {cell.method_reason}): {reading}; this is the recommendation.")
+    return (lead + f" Checked on the runs: m = {check.m:,}, the smallest measured m at or above "
+            f"that reading, is {check.difference:.3f} below the best [{check.interval[0]:.3f}, "
+            f"{check.interval[1]:.3f}]: {check.verdict} the tolerance.")
