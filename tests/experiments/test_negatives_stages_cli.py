@@ -58,6 +58,10 @@ def test_epochs_control_and_an_interrupted_verify_stage(
     [measured] = saved_plan["plans"]
     extra = measured["second_round"]
     assert extra == [] or (16 < min(extra) and max(extra) < 256)
+    assert saved_plan["third_round_planned"]  # and the third, once, inside the bounds it had
+    third = measured["third_round"]
+    assert not set(third) & {16, 32, 256, *extra}
+    second, extra = extra, extra + third
     rows = read_results(study_dir / "results.csv")
     verify = [r for r in rows if r.get("arm") == "verify"]
     assert len(verify) == 3 * (3 + len(extra)) and {int(r["n"]) for r in verify} == {256}
@@ -78,7 +82,7 @@ def test_epochs_control_and_an_interrupted_verify_stage(
     assert measured["m_rec"] == 32 and measured["measured_ms"] == sorted({16, 32, 256, *extra})
     assert measured["verdict"] in ("within", "not within",
                                    "within (the interval reaches past the tolerance)")
-    assert extra == [] or measured["verdict"] == "not within"
+    assert second == [] or measured["verdict"] == "not within"
     assert measured["measured_m"] in measured["measured_ms"]
     # the answer to paste is the one measured at the target n, not the extrapolation
     pasted = numbers["fragments"]["shared"]

@@ -17,6 +17,7 @@ from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
     plan_second_round,
+    plan_third_round,
     plan_verify,
     verify_result,
     verify_seeds,
@@ -161,3 +162,67 @@ def test_the_study_plans_the_second_round_once(tmp_path: Path) -> None:
     assert study._plan_second_round(rows, tmp_path) == 0  # once
     again = _smoke_study(tmp_path)  # a resumed study reads the second round back
     assert again.second_round_planned and again.verify_plans == study.verify_plans
+
+
+def _every_round(plan: VerifyPlan, curve: dict[int, float], *, noise: float = 0.0005
+                 ) -> list[dict[str, object]]:
+    """:func:`_rows` at every m of every round of ``plan``."""
+    return _rows(VerifyPlan(**{**plan.__dict__, "ms": plan.all_ms}), curve, noise=noise)
+
+
+def _recall_rows(plan: VerifyPlan, curve: dict[int, float]) -> list[dict[str, object]]:
+    rows = [{**r, "recall@1": -float(r.pop("error"))}  # type: ignore[arg-type]
+            for r in _every_round(plan, curve)]
+    return [{**r, "retrieval/x2y_recall@1": r["recall@1"], "retrieval/y2x_recall@1":
+             r["recall@1"], "run_id": f"r{i}"} for i, r in enumerate(rows)]
+
+
+def test_a_third_round_locates_an_answer_the_runs_only_bound() -> None:
+    # Planted: a curve rising in log m up to m = 2,000 and flat after (0.45); the first and
+    # second rounds measured up to m = 1,200 and then the target n: m* lies in the last step
+    # (1,200, 5,000], so the reading only bounds it, and the third round measures inside.
+    def curve(m: int) -> float:
+        return 0.45 - 0.04 * max(0.0, math.log(2000 / m)) / math.log(2000 / 300)
+
+    plan = VerifyPlan("shared", TARGET, 600, (300, 600, 1200, TARGET), (0, 1, 2), "law",
+                      (800, 1000))
+    first = verify_result(plan, _every_round(plan, {m: curve(m) for m in plan.all_ms}),
+                          "error", False, Tolerance(0.01))
+    assert first is not None and first.cell is not None and first.cell.m_star is None
+    assert first.cell.status == "above" and first.cell.lower == 1200
+    third = plan_third_round(first)
+    assert third.third_round == (1931, 3107) and third.second_round == plan.second_round
+    assert VerifyPlan.from_dict(third.to_dict()) == third
+    assert 1931 in third.all_ms and plan_third_round(first) == third  # deterministic
+    rows = _every_round(third, {m: curve(m) for m in third.all_ms})
+    assert verify_result(third, [r for r in rows if r["m"] != 3107], "error", False,
+                         Tolerance(0.01)) is None  # waits for the third round's runs
+    done = verify_result(third, rows, "error", False, Tolerance(0.01))
+    assert done is not None and done.cell is not None and done.cell.m_star is not None
+    assert 1200 < done.cell.lower <= done.cell.m_star <= done.cell.upper <= 3107
+    assert plan_third_round(done) == third  # once
+    assert "a third round at m = 1,931, 3,107" in verify_text(done, "error", False)
+    # a located reading plans nothing; "at most the smallest m" halves below it
+    located = verify_result(third, rows, "error", False, Tolerance(0.05))
+    assert located is not None and plan_third_round(located) == third
+    flat = VerifyPlan("shared", TARGET, 600, (300, 600, 1200, TARGET), (0, 1, 2), "law")
+    saturated = verify_result(flat, _rows(flat, {m: 0.45 for m in flat.ms}, noise=0.0005),
+                              "error", False, Tolerance(0.01))
+    assert saturated is not None and saturated.cell is not None
+    assert saturated.cell.status == "below"
+    assert plan_third_round(saturated).third_round == (75, 150)
+
+
+def test_the_study_plans_the_third_round_once(tmp_path: Path) -> None:
+    plan = VerifyPlan("shared", 256, 16, (8, 16, 32, 256), (0, 1, 2), "law", (20, 25))
+    study = _smoke_study(tmp_path, plan)
+    curve = {8: 0.30, 16: 0.33, 20: 0.35, 25: 0.37, 32: 0.38, 256: 0.41}  # bound: (32, 256]
+    rows = _recall_rows(plan, curve)
+    before = len(study.runs())
+    added = study._plan_third_round(rows, tmp_path)
+    third = study.verify_plans[0].third_round
+    assert len(third) == 2 and all(32 < m < 256 for m in third)
+    assert added == 6 and len(study.runs()) == before + 6
+    assert study._plan_third_round(rows, tmp_path) == 0  # once
+    again = _smoke_study(tmp_path)
+    assert again.third_round_planned and again.verify_plans == study.verify_plans

@@ -52,6 +52,7 @@ from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
     plan_second_round,
+    plan_third_round,
     plan_verify,
 )
 from crl.experiments.study import Analysis, RunSpec, Study
@@ -165,6 +166,7 @@ class NegativesStudy(Study):
         self.added: list[dict[str, Any]] = []
         self.verify_plans: list[VerifyPlan] = []
         self.second_round_planned = False
+        self.third_round_planned = False
 
     def _set_ns(self, ns: tuple[int, ...]) -> None:
         """The grid's n (the preset's, or fitted to a file) and the control arm's n."""
@@ -294,6 +296,7 @@ class NegativesStudy(Study):
         saved = read_json(path) if path.exists() else {}
         self.verify_plans = [VerifyPlan.from_dict(p) for p in saved.get("plans", [])]
         self.second_round_planned = bool(saved.get("second_round_planned", False))
+        self.third_round_planned = bool(saved.get("third_round_planned", False))
         fitted = self._data(study_dir).get("fitted_ns")
         if fitted and self.settings.ns is None:  # the span fitted to the file by check()
             self._set_ns(tuple(int(n) for n in fitted))
@@ -311,12 +314,14 @@ class NegativesStudy(Study):
 
     def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         """Plan the next stage from ``rows``: a refinement stage while one adds runs, then the
-        verify stage once and, where it finds ``m_rec`` not within the tolerance, its second
-        round once; returns the number of new runs (0: no stage left)."""
+        verify stage once, where it finds ``m_rec`` not within the tolerance its second round
+        once, and where the runs at the target n then only bound m* its third round once;
+        returns the number of new runs (0: no stage left)."""
         rows = self._with_metric(rows)
         main = [r for r in rows if arm(r) == "main"]
         return (self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
-                or self._plan_second_round(rows, study_dir))
+                or self._plan_second_round(rows, study_dir)
+                or self._plan_third_round(rows, study_dir))
 
     def _plan_verify(self, main: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify or self.verify_plans:
@@ -341,9 +346,21 @@ class NegativesStudy(Study):
         self._write_verify(study_dir)
         return len({s.run_id for s in self.runs()} - known)
 
+    def _plan_third_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        if not self.verify_plans or self.third_round_planned:
+            return 0
+        known = {s.run_id for s in self.runs()}
+        results = {v.plan: v for v in verify_results(self, rows)}
+        self.verify_plans = [plan_third_round(results[p]) if p in results else p
+                             for p in self.verify_plans]
+        self.third_round_planned = True
+        self._write_verify(study_dir)
+        return len({s.run_id for s in self.runs()} - known)
+
     def _write_verify(self, study_dir: Path) -> None:
         write_json(study_dir / VERIFY_FILE, {"plans": [p.to_dict() for p in self.verify_plans],
-                                             "second_round_planned": self.second_round_planned})
+                                             "second_round_planned": self.second_round_planned,
+                                             "third_round_planned": self.third_round_planned})
 
     def _refine_stage(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         used = len(self.added)

@@ -23,7 +23,10 @@ runs of a regime are one more cell, at the target n, whose fitted curve gives m*
 that resamples whole seeds (:attr:`VerifyResult.cell`; it becomes the recommendation,
 :func:`~.laws.measured_at_target`). That reading is checked on the runs themselves: the
 smallest measured m at or above it (:attr:`VerifyResult.checked_m`) against the best, paired
-over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). :attr:`VerifyResult.measured_m`, the
+over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). Where that reading only bounds m*
+(the curve still rises by more than the tolerance in its last step, or is already within it at
+the smallest m), a third round (:func:`plan_third_round`, once) adds :data:`SECOND_ROUND_POINTS`
+m inside those bounds, so the answer at the target n is located rather than bounded. :attr:`VerifyResult.measured_m`, the
 smallest measured m whose mean is within the tolerance of the best, with the step below it
 (``below_m``), is what the second round brackets.
 """
@@ -57,17 +60,19 @@ class VerifyPlan:
     seeds: tuple[int, ...]
     source: str
     second_round: tuple[int, ...] = ()
+    third_round: tuple[int, ...] = ()
 
     @property
     def all_ms(self) -> tuple[int, ...]:
-        """Every m trained at the target n: the first round's and the second's."""
-        return tuple(sorted(set(self.ms) | set(self.second_round)))
+        """Every m trained at the target n: the first round's and the later ones'."""
+        return tuple(sorted(set(self.ms) | set(self.second_round) | set(self.third_round)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``verify.json``)."""
         return {"regime": self.regime, "target_n": self.target_n, "m_rec": self.m_rec,
                 "ms": list(self.ms), "seeds": list(self.seeds), "source": self.source,
-                "second_round": list(self.second_round)}
+                "second_round": list(self.second_round),
+                "third_round": list(self.third_round)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerifyPlan:
@@ -75,7 +80,8 @@ class VerifyPlan:
         none)."""
         return cls(str(d["regime"]), int(d["target_n"]), int(d["m_rec"]),
                    tuple(int(m) for m in d["ms"]), tuple(int(s) for s in d["seeds"]),
-                   str(d["source"]), tuple(int(m) for m in d.get("second_round", ())))
+                   str(d["source"]), tuple(int(m) for m in d.get("second_round", ())),
+                   tuple(int(m) for m in d.get("third_round", ())))
 
 
 def verify_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
@@ -208,7 +214,8 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
         return None
     ms_f, seeds_f, table = found
     ms = [int(m) for m in ms_f]
-    if plan.m_rec not in ms or len(ms) < 2 or any(m not in ms for m in plan.second_round):
+    if plan.m_rec not in ms or len(ms) < 2 or any(
+            m not in ms for m in (*plan.second_round, *plan.third_round)):
         return None
     keep = [k for k in range(len(seeds_f)) if np.isfinite(table[k]).all()]  # paired seeds
     if not keep:
@@ -263,6 +270,47 @@ def plan_second_round(result: VerifyResult) -> VerifyPlan:
                       plan.source, new)
 
 
+def plan_third_round(result: VerifyResult) -> VerifyPlan:
+    """The plan with a third round where the runs at the target n only bound m*
+    (:attr:`VerifyResult.cell` censored): :data:`SECOND_ROUND_POINTS` m evenly spaced in log m
+    inside the bounds (below the smallest measured m, halving, when m* is at most that), none
+    where the reading is located, the bounds hold no new integer, or a third round was planned.
+
+    Example:
+        >>> from crl.experiments.negatives.curves import estimate_curve_cell
+        >>> plan = VerifyPlan("shared", 4000, 500, (250, 500, 1000, 4000), (0, 1, 2), "law")
+        >>> table = np.array([[0.50, 0.55, 0.58, 0.62], [0.51, 0.56, 0.59, 0.63],
+        ...                   [0.50, 0.56, 0.58, 0.62]])
+        >>> cell = estimate_curve_cell("shared", 4000, plan.ms, (0, 1, 2), table,
+        ...                            Tolerance(0.01), rng=np.random.default_rng(0))
+        >>> cell.status, cell.lower
+        ('above', 1000)
+        >>> r = VerifyResult(plan, plan.ms, (0.5, 0.56, 0.58, 0.62), 4000, 0.06, (0.05, 0.07),
+        ...                  0.0062, (0, 1, 2), True, 10, "not within", 4000, 1000, cell)
+        >>> plan_third_round(r).third_round
+        (1587, 2520)
+    """
+    plan, cell = result.plan, result.cell
+    if cell is None or cell.m_star is not None or plan.third_round:
+        return plan
+    measured = set(plan.all_ms)
+    if cell.status == "below":
+        points = {round(cell.upper / 2 ** k) for k in range(1, SECOND_ROUND_POINTS + 1)}
+        new = tuple(sorted(m for m in points if 1 <= m < cell.upper and m not in measured))
+    elif math.isfinite(cell.upper) and cell.lower > 0:
+        lo, hi = math.log(cell.lower), math.log(cell.upper)
+        step = (hi - lo) / (SECOND_ROUND_POINTS + 1)
+        points = {round(math.exp(lo + k * step)) for k in range(1, SECOND_ROUND_POINTS + 1)}
+        new = tuple(sorted(m for m in points
+                           if cell.lower < m < cell.upper and m not in measured))
+    else:
+        return plan
+    if not new:
+        return plan
+    return VerifyPlan(plan.regime, plan.target_n, plan.m_rec, plan.ms, plan.seeds,
+                      plan.source, plan.second_round, new)
+
+
 def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
     """The measurement at the user's n in a few sentences (every number is in
     ``analysis.json``)."""
@@ -278,8 +326,10 @@ def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
 
 def measured_text(r: VerifyResult) -> str:
     """The answer at the target n, read from the verify runs' own curve, and its check."""
-    rounds = (f" (with a second round at m = {', '.join(f'{m:,}' for m in r.plan.second_round)})"
-              if r.plan.second_round else "")
+    later = [(word, ms) for word, ms in (("second", r.plan.second_round),
+                                         ("third", r.plan.third_round)) if ms]
+    rounds = (" (with " + " and ".join(f"a {word} round at m = {', '.join(f'{m:,}' for m in ms)}"
+                                       for word, ms in later) + ")" if later else "")
     cell, check = r.cell, r.check
     if cell is None or check is None:
         return (f"The runs at the target n{rounds} give no curve; the smallest measured m "
