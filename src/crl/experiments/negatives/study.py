@@ -16,6 +16,7 @@ target n (:mod:`.verify`). With ``config=`` the sweep runs the user's own ``crl 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from crl.experiments.negatives.userdata import fit_span, user_training
 from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VerifyPlan,
+    VerifyResult,
     plan_second_round,
     plan_third_round,
     plan_verify,
@@ -338,23 +340,26 @@ class NegativesStudy(Study):
     def _plan_second_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify_plans or self.second_round_planned:
             return 0
-        known = {s.run_id for s in self.runs()}
-        results = {v.plan: v for v in verify_results(self, rows)}
-        self.verify_plans = [plan_second_round(results[p]) if p in results else p
-                             for p in self.verify_plans]
+        added = self._plan_round(rows, study_dir, plan_second_round)
         self.second_round_planned = True
         self._write_verify(study_dir)
-        return len({s.run_id for s in self.runs()} - known)
+        return added
 
     def _plan_third_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify_plans or self.third_round_planned:
             return 0
-        known = {s.run_id for s in self.runs()}
-        results = {v.plan: v for v in verify_results(self, rows)}
-        self.verify_plans = [plan_third_round(results[p]) if p in results else p
-                             for p in self.verify_plans]
+        added = self._plan_round(rows, study_dir, plan_third_round)
         self.third_round_planned = True
         self._write_verify(study_dir)
+        return added
+
+    def _plan_round(self, rows: list[dict[str, Any]], study_dir: Path,
+                    planner: Callable[[VerifyResult], VerifyPlan]) -> int:
+        """Replace each verify plan by ``planner`` of its result; the new runs' count."""
+        known = {s.run_id for s in self.runs()}
+        results = {v.plan: v for v in verify_results(self, rows)}
+        self.verify_plans = [planner(results[p]) if p in results else p
+                             for p in self.verify_plans]
         return len({s.run_id for s in self.runs()} - known)
 
     def _write_verify(self, study_dir: Path) -> None:

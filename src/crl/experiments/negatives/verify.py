@@ -26,8 +26,8 @@ smallest measured m at or above it (:attr:`VerifyResult.checked_m`) against the 
 over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). Where that reading only bounds m*
 (the curve still rises by more than the tolerance in its last step, or is already within it at
 the smallest m), a third round (:func:`plan_third_round`, once) adds :data:`SECOND_ROUND_POINTS`
-m inside those bounds, so the answer at the target n is located rather than bounded. :attr:`VerifyResult.measured_m`, the
-smallest measured m whose mean is within the tolerance of the best, with the step below it
+m inside those bounds, so the answer at the target n is located rather than bounded.
+:attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of the best, with the step below it
 (``below_m``), is what the second round brackets.
 """
 
