@@ -27,8 +27,8 @@ over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). Where that reading only
 (the curve still rises by more than the tolerance in its last step, or is already within it at
 the smallest m), a third round (:func:`plan_third_round`, once) adds :data:`SECOND_ROUND_POINTS`
 m inside those bounds, so the answer at the target n is located rather than bounded.
-:attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of the best, with the step below it
-(``below_m``), is what the second round brackets.
+:attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of
+the best, with the step below it (``below_m``), is what the second round brackets.
 """
 
 from __future__ import annotations
