@@ -141,6 +141,7 @@ def test_m_equal_n_is_every_other_candidate(regime: str) -> None:
 def test_batch_mask_equals_brute_force_membership(regime: str, chunk: int,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sets_module, "CHUNK", chunk)
+    monkeypatch.setattr(sets_module, "_SLICE", 16 * chunk)  # fixed at import from CHUNK
     monkeypatch.setattr(permutation, "CHUNK", chunk)
     n, m = 60, 13
     sets = NegativeSets(n, m, regime=regime, seed=11)  # type: ignore[arg-type]

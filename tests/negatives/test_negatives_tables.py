@@ -53,7 +53,7 @@ def test_masks_equal_the_recorded_ones(n: int, m: int, regime: str, seed: int, d
                                        total: int) -> None:
     sets = NegativeSets(n, m, regime=regime, seed=seed)  # type: ignore[arg-type]
     masks = _batch_masks(sets)
-    assert sets._table is not None  # the later steps read the table
+    assert sets._family is not None and sets._family._table is not None  # later steps read it
     assert hashlib.sha256(masks.numpy().tobytes()).hexdigest()[:16] == digest
     assert int(masks.sum()) == total
 
@@ -65,17 +65,18 @@ def test_the_table_equals_the_permutation(regime: str, n: int, m: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     labels = torch.arange(n) % 3
     table = NegativeSets(n, m, regime=regime, seed=9, labels=labels)  # type: ignore[arg-type]
-    table._permuted = n * n  # the next query builds the table
+    assert table._family is not None
+    table._family._permuted = n * n  # the next query builds the table
     plain = NegativeSets(n, m, regime=regime, seed=9, labels=labels)  # type: ignore[arg-type]
     g = torch.Generator().manual_seed(n)
     queries = [(torch.randint(0, n, (37,), generator=g), torch.randint(0, n, (53,), generator=g)),
                (torch.arange(n), torch.arange(n))]
     got = [table.mask(a, c) for a, c in queries]
-    assert table._table is not None
+    assert table._family._table is not None
     with monkeypatch.context() as patch:
         patch.setattr(sets_module, "TABLE_MAX_ENTRIES", 0)  # the permutation every time
         want = [plain.mask(a, c) for a, c in queries]
-    assert plain._table is None
+    assert plain._family is not None and plain._family._table is None
     for g_mask, w_mask in zip(got, want, strict=True):
         assert torch.equal(g_mask, w_mask)
 
@@ -87,12 +88,15 @@ def test_the_table_waits_until_the_queries_paid_for_it(regime: str) -> None:
     per_query = 8 if regime == "shared" else 8 * 8
     index = torch.arange(8)
     queries = 0
-    while sets._table is None:
+    family = sets._family
+    assert family is not None
+    while family._table is None:
         sets.mask(index, index)
         queries += 1
     assert queries == -(-cost // per_query)  # the first query whose total reaches the cost
-    shape = (n,) if regime == "shared" else (n, n)
-    assert tuple(sets._table.shape) == shape
+    shape = (n,) if regime == "shared" else (n * n,)  # flat: row i for anchor i
+    assert tuple(family._table.shape) == shape
+    assert family._table.dtype == torch.uint8  # one byte an entry, like a bool table
 
 
 @pytest.mark.parametrize("regime", REGIMES)
@@ -103,4 +107,4 @@ def test_no_table_beyond_the_limit(regime: str, monkeypatch: pytest.MonkeyPatch)
     sets = NegativeSets(n, 3, regime=regime, seed=0)  # type: ignore[arg-type]
     for _ in range(3):
         sets.mask(torch.arange(n), torch.arange(n))
-    assert sets._table is None
+    assert sets._family is not None and sets._family._table is None

@@ -6,6 +6,7 @@ embedding bag)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 
 from crl.errors import CrlValueError
 from crl.experiments.negatives.grid import GRIDS, default_run_config, model_section
+from crl.negatives import NegativeSets, SetFamily
 from crl.rundir import CHECKPOINT_FILE, METRICS_FILE
 from crl.train import fit, validate_config
 from crl.train.grouped import GroupingError, fit_group, group_key
@@ -82,8 +84,22 @@ LINEAR = {"kind": "linear", "embed_dim": 16}
 
 
 @pytest.mark.parametrize("loss", ["gcl", "info_nce"])
-def test_grouped_equals_fit_on_vectors(loss: str, tmp_path: Path) -> None:
+def test_grouped_equals_fit_on_vectors(loss: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import crl.train.grouped as grouped
+
+    made: list[SetFamily] = []
+    real = grouped.share_ranks
+
+    def recorded(sets: Iterable[NegativeSets]) -> list[SetFamily]:
+        out = real(sets)
+        made.extend(out)
+        return out
+
+    monkeypatch.setattr(grouped, "share_ranks", recorded)
     _check_same(_configs(SYNTHETIC, LINEAR, loss), tmp_path)
+    # the two independent runs ranked each batch once (the shared one has a family of its own)
+    assert [(family.regime, family.sizes) for family in made] == [("independent", (5, 30))]
 
 
 def test_separate_towers_with_layer_norm_equal_fit(tmp_path: Path) -> None:

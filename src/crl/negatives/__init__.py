@@ -5,16 +5,25 @@ See docs/theory.md §9 and ``docs/negatives.md``.
 
 from crl.negatives.config import NegativesConfig, build_negative_sets
 from crl.negatives.permutation import permute, permute_rows, round_keys
-from crl.negatives.sets import REGIMES, NegativeSets, Regime, rows_with_negatives
+from crl.negatives.sets import (
+    REGIMES,
+    NegativeSets,
+    Regime,
+    SetFamily,
+    rows_with_negatives,
+    share_ranks,
+)
 
 __all__ = [
     "REGIMES",
     "NegativeSets",
     "NegativesConfig",
     "Regime",
+    "SetFamily",
     "build_negative_sets",
     "permute",
     "permute_rows",
     "round_keys",
     "rows_with_negatives",
+    "share_ranks",
 ]

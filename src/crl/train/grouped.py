@@ -15,20 +15,24 @@ towers run in one of two ways (:mod:`crl.train.steps.towers`):
 - ``batched=False``: each run's towers on their own, under the run's RNG stream
   (:class:`SeparateTowers`: any towers, dropout included).
 
-Each run keeps its own objective (its loss, negative sets, GCL ``u`` state, learnable scales),
-its own optimiser and scheduler, its own RNG stream (:class:`OwnRng`) and its own run directory,
-written by the same :class:`~crl.train.RunWriter` as :func:`crl.train.fit` (``config.json``,
-``metrics.jsonl``, ``checkpoint.pt``, ``summary.json`` last). A run's parameters receive only its
-own loss's gradient, so every run takes the steps it would take alone, and its files match a lone
-run's except the timing (the ``time/*`` entries: a run's share of the group's time, and the
+Each run keeps its own objective (its loss, negative sets, GCL ``u`` state, learnable scales;
+sets of the same ``n``, regime, seed and labels rank each batch once for all their sizes ``m``,
+:func:`crl.negatives.share_ranks`, with the same masks), its own optimiser and scheduler, its
+own RNG stream (:class:`OwnRng`) and its own run directory, written by the same
+:class:`~crl.train.RunWriter` as :func:`crl.train.fit` (``config.json``, ``metrics.jsonl``,
+``checkpoint.pt``, ``summary.json`` last). A run's parameters receive only its own loss's
+gradient, so every run takes the steps it would take alone, and its files match a lone run's
+except the timing (the ``time/*`` entries: a run's share of the group's time, and the
 group's, :mod:`crl.train.timing`): ``tests/train/test_grouped.py`` checks metrics records,
 summaries, weights, GCL state and RNG state against :func:`crl.train.fit`.
 
 What can be grouped (:func:`group_key` is None otherwise): one process on the CPU, one pass
 per step (no ``train.micro_batch_size``), ``fp32``, no hard negatives in the data, towers
 without buffers. The CPU saved is the per-run process start, data loading, tokenising and
-loader work (benchmarks/README.md, section ``benchmarks/grouped.py``); the dense embedding
-gradient and the AdamW update of each run's table cost the same either way.
+loader work (benchmarks/README.md, section ``benchmarks/grouped.py``), and all but one
+permutation of each batch per family of negative sets (the study's n = 15,000 group: the masks
+from 18.7 to 4.5 CPU-s); the dense embedding gradient and the AdamW update of each run's table
+cost the same either way.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from crl.errors import CrlValueError
 from crl.losses import Objective
 from crl.losses.gcl_group import grouped_gcl
 from crl.models import DualEncoder
+from crl.negatives import NegativeSets, share_ranks
 from crl.train.build import BuiltRun, build_run, run_objective
 from crl.train.checkpoint import rng_state, same_rng_state, set_rng_state
 from crl.train.config import TrainConfig, config_hash, stable_hash
@@ -189,7 +194,8 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
     """Each run as :func:`~crl.train.build.build_run` makes it, and its RNG stream after: the
     first built in full, the others sharing its data and a copy of its initial model (the same
     seed and model config: the same weights) with their own objective, unless building that
-    objective draws random numbers (then in full too)."""
+    objective draws random numbers (then in full too). Their negative sets that differ only in
+    ``m`` then share their ranks (:func:`~crl.negatives.share_ranks`)."""
     if any(config.loss.guide is not None for config in configs):
         raise GroupingError("grouped training: loss.guide (each run's objective holds it)")
     first = build_run(configs[0], device)
@@ -213,7 +219,14 @@ def _build(configs: Sequence[TrainConfig], device: torch.device
         else:
             builts.append(build_run(config, device))
         states.append(rng_state())
+    share_ranks(sets for built in builts for sets in _negative_sets(built.objective))
     return builts, [OwnRng(state) for state in states]
+
+
+def _negative_sets(objective: Objective) -> list[NegativeSets]:
+    """The negative sets ``objective`` asks (its own, and its Matryoshka prefixes')."""
+    return [module.negatives.sets for module in objective.modules()
+            if isinstance(module, Objective) and module.negatives.sets is not None]
 
 
 __all__ = ["EXACT_MODULES", "GroupingError", "OwnRng", "fit_group", "group_key"]
