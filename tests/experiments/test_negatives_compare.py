@@ -96,7 +96,14 @@ def test_measured_recommendations_are_compared_and_their_predictions_too(tmp_pat
                                           measured(1000, 800, 1200, 1000)))
     apart = compare_studies(a, far)
     assert not apart.agree and apart.verdict().startswith("do not agree")
-    assert "measured at n = 17,908 by the verify stage" in apart.regimes[1].why
+    assert "the verify stage's runs at n = 17,908" in apart.regimes[1].why
+    overlapping = _study(tmp_path / "f", _numbers(measured(6500, 6200, 6900, 6500),
+                                                  measured(4700, 4250, 5250, 114)))
+    [independent] = [r for r in compare_studies(overlapping, b).regimes
+                     if r.regime == "independent"]  # 4,700 [4,250, 5,250] and 6,000 [5,200, ...]
+    assert independent.verdict == "disagree"
+    assert "the intervals overlap on [5,200, 5,250], but neither m lies in the other's" in \
+        independent.why
     unmeasured = _study(tmp_path / "d", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
     mixed = compare_studies(a, unmeasured)
     assert all(r.predicted == "" for r in mixed.regimes) and mixed.predictions_agree is None

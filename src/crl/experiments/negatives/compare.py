@@ -141,13 +141,17 @@ def _why(ra: dict[str, Any], rb: dict[str, Any]) -> str:
         if rec["source"] == "law":
             return "the law m*(n)" + (" (extrapolated)" if rec["extrapolation"] else "")
         if rec["source"] == "verify stage":
-            return f"measured at n = {rec['n_used']:,} by the verify stage"
+            return f"the verify stage's runs at n = {rec['n_used']:,}"
         return f"the {rec['source']} at n = {rec['n_used']:,}"
     parts = [f"A from {origin(ra)}, B from {origin(rb)}"]
+    (_, la, ha), (_, lb, hb) = _triple(ra), _triple(rb)
+    if max(la, lb) <= min(ha, hb):
+        parts.append(f"the intervals overlap on [{_m(max(la, lb))}, {_m(min(ha, hb))}], but "
+                     "neither m lies in the other's")
     for name, rec in (("A", ra), ("B", rb)):
         verify = rec.get("verify")
         if verify:
-            parts.append(f"{name} verified at n = {verify['target_n']:,}: m = "
+            parts.append(f"{name} verified at n = {verify['target_n']:,}: the prediction m = "
                          f"{verify['m_rec']:,} {verify['verdict']} the tolerance of the best "
                          f"(m = {verify['best_m']:,})")
     return "; ".join(parts)
