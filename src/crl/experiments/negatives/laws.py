@@ -329,7 +329,8 @@ class Recommendation:
 
     Attributes:
         regime, target_n: For whom. source: ``law`` (the tested law's prediction), ``nearest
-            cell`` (the measured cell nearest the target in log n) or ``none``.
+            cell`` (the measured cell nearest the target in log n), ``verify stage`` (m*
+            measured at the target n itself, :func:`measured_at_target`) or ``none``.
         m, low, high: The value and its 95% interval (m None where only bounds are known;
             low 0 / high inf where open).
         n_used: The n the value was measured at (the target when from the law).
