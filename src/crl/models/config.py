@@ -21,6 +21,26 @@ DEFAULT_EMBED_DIM = 128
 _FACTORY = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
+#: The fields of :class:`ModelConfig` each kind reads besides :data:`COMMON_FIELDS` (and an
+#: ``mlp`` head's ``hidden_dim`` and ``num_layers``): one place, read by the study's set-up
+#: words (:mod:`crl.experiments.negatives.setup_model`) and checked against the fields by
+#: tests/models/test_model_config_fields.py.
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "linear": ("shared_tower",),
+    "mlp": ("hidden_dim", "num_layers", "shared_tower"),
+    "cnn": ("cnn_channels", "hidden_dim", "head", "shared_tower"),
+    "frozen_minilm": ("head", "shared_tower", "text_batch_size", "cache_dir"),
+    "embedding_bag": ("token_dim", "max_tokens", "bigram_buckets", "sparse", "head",
+                      "shared_tower"),
+    "transformer": ("pretrained", "pooling", "max_seq_length", "freeze_layers",
+                    "gradient_checkpointing", "head", "shared_tower"),
+    "custom": ("factory",),
+}
+#: The fields every kind reads.
+COMMON_FIELDS: tuple[str, ...] = ("kind", "embed_dim", "normalize", "init_logit_scale",
+                                  "learn_logit_scale", "max_logit_scale")
+
+
 class ModelConfig(BaseModel):
     """Which encoder towers, and how their outputs are scored.
 

@@ -6,21 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from crl.experiments.negatives.memory import embedding_dim
+from crl.models.config import KIND_FIELDS, ModelConfig
 
-#: The ``model`` fields each (resolved) kind reads, besides ``kind``, ``embed_dim`` (written as
-#: the output dimension D it gives) and an ``mlp`` head's ``hidden_dim`` and ``num_layers``:
-#: crl.models.config.ModelConfig's attributes, per kind.
-KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "linear": ("shared_tower",),
-    "mlp": ("hidden_dim", "num_layers", "shared_tower"),
-    "cnn": ("cnn_channels", "hidden_dim", "head", "shared_tower"),
-    "frozen_minilm": ("head", "shared_tower"),
-    "embedding_bag": ("token_dim", "max_tokens", "bigram_buckets", "sparse", "head",
-                      "shared_tower"),
-    "transformer": ("pooling", "max_seq_length", "freeze_layers", "gradient_checkpointing",
-                    "head", "shared_tower"),
-    "custom": ("factory",),
-}
+#: Of the ``model`` fields each (resolved) kind reads (``crl.models.config.KIND_FIELDS``;
+#: besides ``kind``, ``embed_dim``, written as the output dimension D it gives, and an ``mlp``
+#: head's ``hidden_dim`` and ``num_layers``), those the set-up does not quote: where features
+#: are cached, the encoder's batch, and which weights (:func:`backbone_text` names them).
+UNQUOTED = ("text_batch_size", "cache_dir", "pretrained")
 #: Kinds with a projection head after their backbone.
 HEADED = ("cnn", "frozen_minilm", "embedding_bag", "transformer")
 #: Kinds whose ``shared_tower: null`` means one tower for both views.
@@ -39,13 +31,11 @@ def used_fields(model: dict[str, Any], kind: str) -> dict[str, Any]:
         >>> fields["freeze_layers"], fields["head"], "cnn_channels" in fields
         (4, 'none', False)
     """
-    from crl.models.config import ModelConfig
-
     cfg = ModelConfig.model_validate({k: v for k, v in model.items() if v is not None})
     full = cfg.model_dump(mode="json")
     head = cfg.resolved_head() if kind in HEADED else None
     out: dict[str, Any] = {}
-    for name in KIND_FIELDS.get(kind, ()):
+    for name in (f for f in KIND_FIELDS.get(kind, ()) if f not in UNQUOTED):
         value = full[name]
         if name == "head":
             value = head
