@@ -166,12 +166,10 @@ def _agree(ta: tuple[float | None, float, float], tb: tuple[float | None, float,
         >>> _agree((6000.0, 5000.0, 7000.0), (None, 4000.0, 18000.0))
         True
     """
-    if ta[0] is None and tb[0] is None:
-        return None
-    if ta[0] is None:
-        return ta[1] <= float(tb[0]) <= ta[2]  # type: ignore[arg-type]
     if tb[0] is None:
-        return tb[1] <= ta[0] <= tb[2]
+        return None if ta[0] is None else tb[1] <= ta[0] <= tb[2]
+    if ta[0] is None:
+        return ta[1] <= tb[0] <= ta[2]
     return tb[1] <= ta[0] <= tb[2] and ta[1] <= tb[0] <= ta[2]
 
 
