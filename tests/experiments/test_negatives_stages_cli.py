@@ -20,7 +20,7 @@ from crl.experiments.results import read_results
 OPTIONS: dict[str, Any] = dict(
     preset="smoke", workers=1, progress=False, group_runs=False, data="synthetic",
     ns=[128], fractions=[0.0625, 0.25, 0.5, 1.0], seeds=[0], batch_size=32,
-    refine_runs=0, target_epochs=1.0, target_n=256, verify=True, control=True)
+    refine_runs=0, target_epochs=1.0, target_n=256, verify=True, verify_seeds=3, control=True)
 PLAN = VerifyPlan("shared", 256, 32, (16, 32, 256), (0, 1, 2), "law")
 
 
@@ -30,10 +30,10 @@ def test_epochs_control_and_an_interrupted_verify_stage(
     # planning from recommendations is tests/experiments/test_negatives_verify.py)
     calls: list[int] = []
 
-    def plan(recommendations: object, target_n: int, largest: int, seeds: tuple[int, ...]
-             ) -> list[VerifyPlan]:
+    def plan(recommendations: object, target_n: int, largest: int, seeds: tuple[int, ...],
+             count: int) -> list[VerifyPlan]:
         calls.append(target_n)
-        assert largest == 256 and seeds == (0,)
+        assert largest == 256 and seeds == (0,) and count == 3  # --verify-seeds reaches it
         return [PLAN]
 
     monkeypatch.setattr(study_module, "plan_verify", plan)

@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crl.errors import CrlValueError
 from crl.experiments.negatives.laws import Recommendation
 from crl.experiments.negatives.study import NegativesStudy, arm
 from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.verify import (
     VERIFY_FILE,
+    VERIFY_SEEDS,
     VerifyPlan,
     plan_second_round,
     plan_third_round,
@@ -33,7 +35,7 @@ def _rec(regime: str, m: float | None, low: float = 0.0, high: float = math.inf,
     return Recommendation(regime, TARGET, source, m, low, high, TARGET, False, "planted")
 
 
-def test_the_plan_is_half_the_value_twice_and_the_largest_m_with_three_seeds() -> None:
+def test_the_plan_is_half_the_value_twice_and_the_largest_m_with_five_seeds() -> None:
     plans = plan_verify({"shared": _rec("shared", 600.4, 400, 900),
                          "independent": _rec("independent", None, 3000, math.inf,
                                              source="nearest cell"),
@@ -41,7 +43,12 @@ def test_the_plan_is_half_the_value_twice_and_the_largest_m_with_three_seeds() -
     assert [p.regime for p in plans] == ["shared", "independent"]  # no value: not verified
     shared, independent = plans
     assert shared.m_rec == 600 and shared.ms == (300, 600, 1201, TARGET)
-    assert shared.seeds == (0, 1, 2) == verify_seeds((0, 1))
+    assert shared.seeds == (0, 1, 2, 3, 4) == verify_seeds((0, 1)) and VERIFY_SEEDS == 5
+    [three] = plan_verify({"shared": _rec("shared", 600.4)}, TARGET, TARGET, (0, 1), 3)
+    assert three.seeds == (0, 1, 2) and three.ms == shared.ms
+    assert verify_seeds(tuple(range(7)), 3) == tuple(range(7))  # the grid's seeds all stay
+    with pytest.raises(CrlValueError, match=r"--verify-seeds.*at least 3; got 2"):
+        verify_seeds((0,), 2)
     assert independent.m_rec == 3000 and independent.ms == (1500, 3000, TARGET)  # 2x capped
     assert "lower bound" in independent.source
     assert VerifyPlan.from_dict(shared.to_dict()) == shared

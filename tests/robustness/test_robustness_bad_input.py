@@ -779,6 +779,10 @@ CASES: list[Case] = [
          " (not a swept n)", CrlValueError,
          "`--control-n` must be one of the swept n [64, 128, 512]; got 100",
          "use one of --ns", cli=_study("--control", "--control-n", "100")),
+    Case("cli-study-verify-seeds-two", "CLI", "`crl study negatives --verify --verify-seeds 2`",
+         CrlValueError, "study negatives: `--verify-seeds`: input should be greater than or "
+         "equal to 3; got 2", "verify with 3 seeds or more (default 5; nothing trained)",
+         cli=_study("--verify", "--verify-seeds", "2")),
     Case("cli-study-compare-not-a-study", "CLI", "`crl study compare A B` where B is not a "
          "study directory", CrlValueError, "has no study.json; pass directories `crl study "
          "negatives` wrote", "pass two negatives study directories",

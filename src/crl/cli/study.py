@@ -88,7 +88,10 @@ def negatives(
         "samples (the same as --budget; default: the preset's)."),
     verify: bool | None = typer.Option(
         None, "--verify/--no-verify", help="Train the recommendation at the target n at "
-        "m/2, m, 2m and the largest m, >= 3 seeds (default: on in the full preset)."),
+        "m/2, m, 2m and the largest m (default: on in the full preset)."),
+    verify_seeds: int | None = typer.Option(
+        None, "--verify-seeds", help="Seeds of the verify stage: the grid's, topped up to this "
+        "many (default 5, at least 3)."),
     control: bool | None = typer.Option(
         None, "--control/--no-control", help="A control arm: the same m at a batch 4 times "
         "smaller, to tell m from the negatives per step (default: on in the full preset)."),
@@ -120,6 +123,7 @@ def negatives(
         seeds=parse_list("--seeds", seeds, int), budget=budget, batch_size=batch_size,
         device=device, target_n=target_n, refine_runs=refine_runs,
         target_epochs=target_epochs, target_samples=target_samples, verify=verify,
+        verify_seeds=verify_seeds,
         control=control, control_n=control_n, executor=executor,
         group_runs=not no_group, force=force, keep_weights=keep_weights)
     _finish(outcome.study_dir, analysis)

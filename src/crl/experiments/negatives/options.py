@@ -39,6 +39,7 @@ class NegativesOptions(StudyOptions):
     target_epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     target_samples: Annotated[int, Field(ge=1)] | None = None
     verify: bool | None = None
+    verify_seeds: Annotated[int, Field(ge=3)] | None = None
     control: bool | None = None
     control_n: Annotated[int, Field(ge=2)] | None = None
     loss: str | None = None

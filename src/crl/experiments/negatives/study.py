@@ -51,6 +51,7 @@ from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.userdata import fit_span, user_training
 from crl.experiments.negatives.verify import (
     VERIFY_FILE,
+    VERIFY_SEEDS,
     VerifyPlan,
     VerifyResult,
     plan_second_round,
@@ -93,6 +94,8 @@ class NegativesStudy(Study):
         target_epochs, target_samples: The training the user plans: every n trains this many
             epochs, or every run this many samples (``budget``; default: the preset's).
         verify: Run the verify stage at the target n (default: on in the full preset).
+        verify_seeds: The seeds it trains (the grid's topped up; default
+            :data:`~.verify.VERIFY_SEEDS`, at least 3).
         control, control_n: Run the control arm at a second batch size (default: on in the
             full preset), at ``control_n`` (one of the grid's n; default the largest).
     """
@@ -156,6 +159,7 @@ class NegativesStudy(Study):
         self.chosen_grid = chosen
         self.preset_grid = self.grid
         self.verify = preset in VERIFY_PRESETS if o.verify is None else o.verify
+        self.verify_seeds = VERIFY_SEEDS if o.verify_seeds is None else o.verify_seeds
         self.control = preset in CONTROL_PRESETS if o.control is None else o.control
         self._set_ns(self.grid.ns)
         self.tolerance = Tolerance.parse(o.tolerance)
@@ -333,7 +337,7 @@ class NegativesStudy(Study):
         largest = max(1, round(max(self.grid.fractions) * target))
         known = {s.run_id for s in self.runs()}
         self.verify_plans = plan_verify(result.recommendations, target, largest,
-                                        self.grid.seeds)
+                                        self.grid.seeds, self.verify_seeds)
         self._write_verify(study_dir)
         return len({s.run_id for s in self.runs()} - known)
 

@@ -2,8 +2,9 @@
 (docs/negatives.md, "The verify stage").
 
 After the refinement, the study trains at the target n (by default the whole training split)
-at ``m_rec / 2``, ``m_rec``, ``2 m_rec`` and the largest m of the grid, with at least
-:data:`MIN_SEEDS` seeds and the study's training, and asks whether ``m_rec`` is within the
+at ``m_rec / 2``, ``m_rec``, ``2 m_rec`` and the largest m of the grid, with
+:data:`VERIFY_SEEDS` seeds (the grid's, topped up; at least :data:`MIN_SEEDS`) and the study's
+training, and asks whether ``m_rec`` is within the
 tolerance of the best of those m. The difference ``best - m_rec`` (oriented: higher is better)
 is paired over seeds and its 95% interval resamples whole seeds (:mod:`.resample`). The best m
 is picked on the same runs, so the difference leans towards the best's side: a "within" is
@@ -39,12 +40,21 @@ from typing import Any
 
 import numpy as np
 
+from crl.errors import CrlValueError
 from crl.experiments.negatives.curves import CurveCell, cell_tables, curve_cells
 from crl.experiments.negatives.laws import Recommendation
 from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
 
+#: The fewest seeds a verify stage may train (``--verify-seeds``).
 MIN_SEEDS = 3
+#: The seeds a verify stage trains by default, whatever the grid's: the recommendation is read
+#: from these runs, and with 3 seeds an exact seed resample has 10 distinct draws, so the
+#: interval is little more than the spread of 3 values (the full preset's 3 seeds gave
+#: independent m* 5,966 [5,189, 6,909] where 4 seeds of the same runs and one more gave 4,734
+#: [4,256, 5,250]: docs/negatives.md, "The verify stage"). 5 seeds give 126; presets with
+#: fewer grid seeds than this then train the same seeds at the target n.
+VERIFY_SEEDS = 5
 SECOND_ROUND_POINTS = 2
 VERIFY_FILE = "verify.json"
 
@@ -84,25 +94,30 @@ class VerifyPlan:
                    tuple(int(m) for m in d.get("third_round", ())))
 
 
-def verify_seeds(seeds: tuple[int, ...]) -> tuple[int, ...]:
-    """The grid's seeds, topped up to :data:`MIN_SEEDS` with the next integers.
+def verify_seeds(seeds: tuple[int, ...], count: int = VERIFY_SEEDS) -> tuple[int, ...]:
+    """The grid's seeds, topped up to ``count`` with the next integers (a grid with more seeds
+    keeps them all).
 
     Example:
-        >>> verify_seeds((0, 1)), verify_seeds((0, 1, 2, 3))
-        ((0, 1, 2), (0, 1, 2, 3))
+        >>> verify_seeds((0, 1)), verify_seeds((0, 1), 3), verify_seeds((0, 1, 2, 3), 3)
+        ((0, 1, 2, 3, 4), (0, 1, 2), (0, 1, 2, 3))
     """
+    if count < MIN_SEEDS:
+        raise CrlValueError(f"study negatives: `--verify-seeds` must be at least {MIN_SEEDS}; "
+                            f"got {count}")
     out = list(seeds)
     extra = max(seeds, default=-1) + 1
-    while len(out) < MIN_SEEDS:
+    while len(out) < count:
         out.append(extra)
         extra += 1
     return tuple(out)
 
 
 def plan_verify(recommendations: dict[str, Recommendation], target_n: int, largest_m: int,
-                seeds: tuple[int, ...]) -> list[VerifyPlan]:
+                seeds: tuple[int, ...], count: int = VERIFY_SEEDS) -> list[VerifyPlan]:
     """One :class:`VerifyPlan` per regime whose recommendation gives a value (its point, or
-    the lower bound of a censored cell); m clipped to ``[1, target_n]``."""
+    the lower bound of a censored cell); m clipped to ``[1, target_n]``; the grid's ``seeds``
+    topped up to ``count`` (:func:`verify_seeds`)."""
     plans = []
     for regime, rec in recommendations.items():
         value = rec.m if rec.m is not None else rec.low if rec.low > 0 else None
@@ -112,7 +127,7 @@ def plan_verify(recommendations: dict[str, Recommendation], target_n: int, large
         ms = sorted({min(max(1, round(x)), target_n)
                      for x in (value / 2, m_rec, 2 * value, largest_m)})
         source = rec.source if rec.m is not None else f"{rec.source} (its lower bound)"
-        plans.append(VerifyPlan(regime, target_n, m_rec, tuple(ms), verify_seeds(seeds),
+        plans.append(VerifyPlan(regime, target_n, m_rec, tuple(ms), verify_seeds(seeds, count),
                                 source))
     return plans
 
