@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from crl.experiments.metrics import METRICS, metric_spec
 from crl.experiments.negatives import NegativesStudy
 from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.paper import PAPER
-from crl.experiments.negatives.refine import plan_refinement
+from crl.experiments.negatives.refine import RESOLVED_STEP, plan_refinement, resolved
 from crl.experiments.negatives.stats import additive_means
 from crl.experiments.negatives.theory import THEORY_FILE, theory_check
 from crl.experiments.negatives.tolerance import Tolerance
@@ -225,3 +226,30 @@ def test_every_metric_declares_its_direction() -> None:
         metric_spec("accuracy_of_something")
     with pytest.raises(CrlValueError, match="no declared direction"):
         NegativesStudy("smoke", data="synthetic", metric="my_loss")
+
+
+def test_refinement_stops_where_the_grid_is_finer_than_the_resolved_step() -> None:
+    # a located cell whose swept m around m* are <= 1.25x apart gets no more m, however wide
+    # the seeds make its interval: more m cannot narrow a spread over seeds; a censored or a
+    # coarsely swept cell still does
+    coarse = (0.01, 0.1, 1.0)
+    rows = [r for r in planted_rows(censored=True, flat=False)
+            if any(abs(float(str(r["m_fraction"])) - f) < 1e-9 for f in coarse)]
+    study = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(coarse),
+                           seeds=list(SEEDS), refine_runs=400)
+    cells = curve_cells(study._with_metric(rows), "recall@1", True, Tolerance(TOL))
+    located = [c for c in cells if c.status == "located"]
+    censored = [c for c in cells if c.status != "located"]
+    assert located and censored
+    for cell in located:  # the grid step (10x) limits these: refined
+        assert cell.resolution > RESOLVED_STEP and not resolved(cell)
+        assert any((a.regime, a.n) == (cell.regime, cell.n)
+                   for a in plan_refinement([cell], 400))
+    fine = [replace(c, resolution=1.2, lower=c.m_star / 3 if c.m_star else c.lower,
+                    upper=3 * (c.m_star or c.upper)) for c in located]
+    assert all(resolved(c) and c.width_log > math.log(RESOLVED_STEP) for c in fine)
+    assert plan_refinement(fine, 400) == []  # wide, but the seeds', not the grid's
+    assert plan_refinement(fine, 400, step=1.1)  # a finer target refines them again
+    for cell in censored:
+        assert not resolved(replace(cell, resolution=1.01))
+        assert plan_refinement([replace(cell, resolution=1.01)], 400)

@@ -24,6 +24,7 @@ from crl.experiments.negatives.fragment import (
     in_batch_fragment,
 )
 from crl.experiments.negatives.grid import Grid
+from crl.experiments.negatives.refine import RESOLVED_STEP
 from crl.experiments.negatives.setup import UNTRAINED
 from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.negatives.tolerance import Tolerance
@@ -175,7 +176,9 @@ def _refinement_section(added: list[dict[str, Any]], budget: int) -> Section:
     return Section("Refinement", [
         "Each stage added runs to the cells whose m* interval was widest in log m, whatever "
         "the cause (censored, seed noise or the grid step), at m spaced evenly in log m inside "
-        "it, with the same seeds for both regimes; "
+        "it, with the same seeds for both regimes, except located cells whose swept m around "
+        f"m* were already at most {RESOLVED_STEP:g}x apart: there the interval is the seeds' "
+        "spread, which more m cannot narrow (more seeds could); "
         f"{runs} distinct runs were added."],
         tables=[Table("Runs added by the refinement", ["stage", "regime", "n", "m",
                                                        "m (% of n)", "seeds", "why"], rows)])
@@ -303,6 +306,7 @@ def build_analysis(rows: list[dict[str, Any]], study_dir: Path, *, spec: MetricS
                "baseline": facts.baseline, "baseline_label": facts.baseline_label,
                "refinement": facts.added, "refinement_runs": distinct_added(facts.added),
                "refinement_budget": grid.refine_runs,
+               "refinement_resolved_step": RESOLVED_STEP,
                "pretrained": facts.pretrained, "grid_rule": facts.grid_rule}
     for regime, rec in numbers["recommendations"].items():  # each restates its training
         rec["budget"] = numbers["budget"]

@@ -7,6 +7,13 @@ noise, or a grid step wider than the seeds' interval): each gets runs at m space
 the same seeds for both regimes (every seed any cell has, so the regimes stay paired), each
 cell whole or not at all, until the run budget is spent. Planning is a pure function of the
 cells.
+
+A located cell whose swept m around m* are already at most :data:`RESOLVED_STEP` apart is
+resolved: the grid is no longer what limits it, and more m inside an interval the seeds
+disagree over cannot narrow it (only more seeds could). In the full preset's first run, the
+second and third stages spent 105 of their 123 runs on such cells (steps of 1.04 to 1.23
+around m*), and the seed-noise cell at n = 1,000 widened from 0.83 to 0.97 in log m over its
+two later stages. Censored cells are never resolved.
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crl.experiments.negatives.curves import CurveCell, where_to_refine
+
+#: A located cell whose grid step around m* is at most this ratio gets no more m (module
+#: docstring): a factor of 1.25 is +-11% about its geometric middle.
+RESOLVED_STEP = 1.25
 
 
 @dataclass(frozen=True)
@@ -27,13 +38,22 @@ class Addition:
     reason: str
 
 
-def plan_refinement(cells: list[CurveCell], budget: int, *, points: int = 3
-                    ) -> list[Addition]:
+def resolved(cell: CurveCell, step: float = RESOLVED_STEP) -> bool:
+    """True for a located cell whose swept m around m* are at most ``step`` apart (module
+    docstring)."""
+    return cell.status == "located" and cell.resolution <= step
+
+
+def plan_refinement(cells: list[CurveCell], budget: int, *, points: int = 3,
+                    step: float = RESOLVED_STEP) -> list[Addition]:
     """The runs of the next refinement stage, at most ``budget`` of them: ``points`` new m per
-    cell, times every seed of either regime, widest cell first."""
+    cell that is not :func:`resolved` at ``step``, times every seed of either regime, widest
+    cell first."""
     seeds = sorted({s for c in cells for s in c.seeds})
     plan: list[Addition] = []
     for cell in sorted(cells, key=lambda c: (-c.width_log, c.regime, c.n)):
+        if resolved(cell, step):
+            continue
         where = where_to_refine([cell], points)
         if where is None:
             continue
