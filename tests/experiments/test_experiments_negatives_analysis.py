@@ -15,7 +15,7 @@ import pytest
 from crl.errors import CrlValueError
 from crl.experiments.metrics import METRICS, metric_spec
 from crl.experiments.negatives import NegativesStudy
-from crl.experiments.negatives.curves import curve_cells
+from crl.experiments.negatives.curves import CurveCell, curve_cells
 from crl.experiments.negatives.paper import PAPER
 from crl.experiments.negatives.refine import RESOLVED_STEP, plan_refinement, resolved
 from crl.experiments.negatives.stats import additive_means
@@ -187,14 +187,22 @@ def test_a_sweep_where_m_never_matters_says_so(study_dir: Path) -> None:
     assert all(law["verdict"] == "untested" for law in analysis.numbers["laws"].values())
 
 
+COARSE = (0.01, 0.1, 1.0)
+
+
+def _coarse_cells(*, censored: bool, refine_runs: int
+                  ) -> tuple[NegativesStudy, list[dict[str, object]], list[CurveCell]]:
+    """The planted rows at three fractions (steps of 10x), their study and curve cells."""
+    rows = [r for r in planted_rows(censored=censored, flat=False)
+            if any(abs(float(str(r["m_fraction"])) - f) < 1e-9 for f in COARSE)]
+    study = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(COARSE),
+                           seeds=list(SEEDS), refine_runs=refine_runs)
+    return study, rows, curve_cells(study._with_metric(rows), "recall@1", True, Tolerance(TOL))
+
+
 def test_refinement_goes_where_the_interval_is_widest_with_paired_seeds(tmp_path: Path
                                                                        ) -> None:
-    coarse = (0.01, 0.1, 1.0)
-    rows = [r for r in planted_rows(censored=False, flat=False)
-            if any(abs(float(str(r["m_fraction"])) - f) < 1e-9 for f in coarse)]
-    study = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(coarse),
-                           seeds=list(SEEDS), refine_runs=40)
-    cells = curve_cells(study._with_metric(rows), "recall@1", True, Tolerance(TOL))
+    study, rows, cells = _coarse_cells(censored=False, refine_runs=40)
     widest = max(cells, key=lambda c: c.width_log)
     plan = plan_refinement(cells, 40)
     assert 0 < len(plan) <= 40
@@ -210,7 +218,7 @@ def test_refinement_goes_where_the_interval_is_widest_with_paired_seeds(tmp_path
     assert 0 < added <= 40 and (tmp_path / "refinement.json").exists()
     new = [s for s in study.runs() if s.run_id not in before]
     assert len({s.run_id for s in new}) == added and all(s.tags["stage"] == 1 for s in new)
-    again = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(coarse),
+    again = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(COARSE),
                            seeds=list(SEEDS), refine_runs=40)
     again.load_state(tmp_path)  # a rebuilt study (crl report) sees the added runs
     assert {s.run_id for s in again.runs()} == {s.run_id for s in study.runs()}
@@ -232,12 +240,7 @@ def test_refinement_stops_where_the_grid_is_finer_than_the_resolved_step() -> No
     # a located cell whose swept m around m* are <= 1.25x apart gets no more m, however wide
     # the seeds make its interval: more m cannot narrow a spread over seeds; a censored or a
     # coarsely swept cell still does
-    coarse = (0.01, 0.1, 1.0)
-    rows = [r for r in planted_rows(censored=True, flat=False)
-            if any(abs(float(str(r["m_fraction"])) - f) < 1e-9 for f in coarse)]
-    study = NegativesStudy("quick", data="synthetic", ns=list(NS), fractions=list(coarse),
-                           seeds=list(SEEDS), refine_runs=400)
-    cells = curve_cells(study._with_metric(rows), "recall@1", True, Tolerance(TOL))
+    _, _, cells = _coarse_cells(censored=True, refine_runs=400)
     located = [c for c in cells if c.status == "located"]
     censored = [c for c in cells if c.status != "located"]
     assert located and censored
