@@ -18,6 +18,7 @@ from crl.experiments.negatives.verify import (
     VERIFY_FILE,
     VERIFY_SEEDS,
     VerifyPlan,
+    plan_resolution_round,
     plan_second_round,
     plan_third_round,
     plan_verify,
@@ -233,3 +234,45 @@ def test_the_study_plans_the_third_round_once(tmp_path: Path) -> None:
     assert study._plan_third_round(rows, tmp_path) == 0  # once
     again = _smoke_study(tmp_path)
     assert again.third_round_planned and again.verify_plans == study.verify_plans
+
+
+def test_a_resolution_round_measures_inside_a_wide_step_around_the_reading() -> None:
+    # Planted: a curve that rises in log m up to m = 2,000 and is flat after; measured at 300,
+    # 600, 1,200 and 4,000 (3.3x apart above 1,200) and the target n. The reading falls in
+    # (1,200, 4,000]: located, but where in that step the curve's form decides, so the
+    # resolution round measures 2 m inside it; a finer step plans nothing.
+    def curve(m: int) -> float:
+        return 0.45 - 0.04 * max(0.0, math.log(2000 / m)) / math.log(2000 / 300)
+
+    plan = VerifyPlan("shared", TARGET, 600, (300, 600, 1200, 4000, TARGET), (0, 1, 2), "law")
+    first = verify_result(plan, _every_round(plan, {m: curve(m) for m in plan.all_ms}),
+                          "error", False, Tolerance(0.01))
+    assert first is not None and first.cell is not None and first.cell.m_star is not None
+    assert 1200 < first.cell.m_star <= 4000
+    assert plan_third_round(first) == plan  # located: no third round
+    fine = plan_resolution_round(first)
+    assert fine.resolution_round == (1793, 2678) and fine.third_round == ()
+    assert VerifyPlan.from_dict(fine.to_dict()) == fine and 2678 in fine.all_ms
+    assert plan_resolution_round(first, step=4.0) == plan  # 3.3x is fine at a 4x step
+    rows = _every_round(fine, {m: curve(m) for m in fine.all_ms})
+    assert verify_result(fine, [r for r in rows if r["m"] != 2678], "error", False,
+                         Tolerance(0.01)) is None  # waits for the round's runs
+    done = verify_result(fine, rows, "error", False, Tolerance(0.01))
+    assert done is not None and done.cell is not None and done.cell.m_star is not None
+    assert plan_resolution_round(done) == fine  # once
+    # planted m* (within 0.01 of the plateau: 2000 * (300/2000)^(1/4)) is about 1,245
+    assert done.cell.lower <= 2000 * (300 / 2000) ** 0.25 <= done.cell.upper
+
+
+def test_the_study_plans_the_resolution_round_once(tmp_path: Path) -> None:
+    plan = VerifyPlan("shared", 256, 16, (8, 16, 64, 256), (0, 1, 2), "law")
+    study = _smoke_study(tmp_path, plan)
+    curve = {8: 0.30, 16: 0.36, 64: 0.405, 256: 0.41}  # located in (16, 64]: a 4x step
+    rows = _recall_rows(plan, curve)
+    assert study._plan_third_round(rows, tmp_path) == 0  # located: no third round
+    added = study._plan_resolution_round(rows, tmp_path)
+    fine = study.verify_plans[0].resolution_round
+    assert fine == (25, 40) and added == 6  # two m, three seeds
+    assert study._plan_resolution_round(rows, tmp_path) == 0  # once
+    again = _smoke_study(tmp_path)
+    assert again.resolution_round_planned and again.verify_plans == study.verify_plans

@@ -54,6 +54,7 @@ from crl.experiments.negatives.verify import (
     VERIFY_SEEDS,
     VerifyPlan,
     VerifyResult,
+    plan_resolution_round,
     plan_second_round,
     plan_third_round,
     plan_verify,
@@ -173,6 +174,7 @@ class NegativesStudy(Study):
         self.verify_plans: list[VerifyPlan] = []
         self.second_round_planned = False
         self.third_round_planned = False
+        self.resolution_round_planned = False
 
     def _set_ns(self, ns: tuple[int, ...]) -> None:
         """The grid's n (the preset's, or fitted to a file) and the control arm's n."""
@@ -303,6 +305,7 @@ class NegativesStudy(Study):
         self.verify_plans = [VerifyPlan.from_dict(p) for p in saved.get("plans", [])]
         self.second_round_planned = bool(saved.get("second_round_planned", False))
         self.third_round_planned = bool(saved.get("third_round_planned", False))
+        self.resolution_round_planned = bool(saved.get("resolution_round_planned", False))
         fitted = self._data(study_dir).get("fitted_ns")
         if fitted and self.settings.ns is None:  # the span fitted to the file by check()
             self._set_ns(tuple(int(n) for n in fitted))
@@ -321,13 +324,16 @@ class NegativesStudy(Study):
     def refine(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         """Plan the next stage from ``rows``: a refinement stage while one adds runs, then the
         verify stage once, where it finds ``m_rec`` not within the tolerance its second round
-        once, and where the runs at the target n then only bound m* its third round once;
-        returns the number of new runs (0: no stage left)."""
+        once, where the runs at the target n then only bound m* its third round once, and
+        where the measured m around the reading there are more than
+        :data:`~.refine.RESOLVED_STEP` apart its resolution round once; returns the number of
+        new runs (0: no stage left)."""
         rows = self._with_metric(rows)
         main = [r for r in rows if arm(r) == "main"]
         return (self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
                 or self._plan_second_round(rows, study_dir)
-                or self._plan_third_round(rows, study_dir))
+                or self._plan_third_round(rows, study_dir)
+                or self._plan_resolution_round(rows, study_dir))
 
     def _plan_verify(self, main: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify or self.verify_plans:
@@ -357,6 +363,14 @@ class NegativesStudy(Study):
         self._write_verify(study_dir)
         return added
 
+    def _plan_resolution_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        if not self.verify_plans or self.resolution_round_planned:
+            return 0
+        added = self._plan_round(rows, study_dir, plan_resolution_round)
+        self.resolution_round_planned = True
+        self._write_verify(study_dir)
+        return added
+
     def _plan_round(self, rows: list[dict[str, Any]], study_dir: Path,
                     planner: Callable[[VerifyResult], VerifyPlan]) -> int:
         """Replace each verify plan by ``planner`` of its result; the new runs' count."""
@@ -369,7 +383,9 @@ class NegativesStudy(Study):
     def _write_verify(self, study_dir: Path) -> None:
         write_json(study_dir / VERIFY_FILE, {"plans": [p.to_dict() for p in self.verify_plans],
                                              "second_round_planned": self.second_round_planned,
-                                             "third_round_planned": self.third_round_planned})
+                                             "third_round_planned": self.third_round_planned,
+                                             "resolution_round_planned":
+                                                 self.resolution_round_planned})
 
     def _refine_stage(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         used = len(self.added)

@@ -29,7 +29,11 @@ over seeds as ``m_rec`` is (:attr:`VerifyResult.check`). Where that reading only
 the smallest m), a third round (:func:`plan_third_round`, once) adds :data:`SECOND_ROUND_POINTS`
 m inside those bounds, so the answer at the target n is located rather than bounded.
 :attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of
-the best, with the step below it (``below_m``), is what the second round brackets.
+the best, with the step below it (``below_m``), is what the second round brackets. Where
+the reading is located but the measured m around it are more than
+:data:`~.refine.RESOLVED_STEP` apart, a resolution round (:func:`plan_resolution_round`, once)
+adds :data:`SECOND_ROUND_POINTS` m inside that step, so that the grid at the target n is as fine
+as the refinement leaves the cells.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 from crl.errors import CrlValueError
 from crl.experiments.negatives.curves import CurveCell, cell_tables, curve_cells
 from crl.experiments.negatives.laws import Recommendation
+from crl.experiments.negatives.refine import RESOLVED_STEP
 from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
 
@@ -71,27 +76,31 @@ class VerifyPlan:
     source: str
     second_round: tuple[int, ...] = ()
     third_round: tuple[int, ...] = ()
+    resolution_round: tuple[int, ...] = ()
 
     @property
     def all_ms(self) -> tuple[int, ...]:
         """Every m trained at the target n: the first round's and the later ones'."""
-        return tuple(sorted(set(self.ms) | set(self.second_round) | set(self.third_round)))
+        return tuple(sorted(set(self.ms) | set(self.second_round) | set(self.third_round)
+                            | set(self.resolution_round)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``verify.json``)."""
         return {"regime": self.regime, "target_n": self.target_n, "m_rec": self.m_rec,
                 "ms": list(self.ms), "seeds": list(self.seeds), "source": self.source,
                 "second_round": list(self.second_round),
-                "third_round": list(self.third_round)}
+                "third_round": list(self.third_round),
+                "resolution_round": list(self.resolution_round)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerifyPlan:
-        """The plan ``verify.json`` recorded (files written before the second round have
-        none)."""
+        """The plan ``verify.json`` recorded (files written before a later round have
+        none of it)."""
         return cls(str(d["regime"]), int(d["target_n"]), int(d["m_rec"]),
                    tuple(int(m) for m in d["ms"]), tuple(int(s) for s in d["seeds"]),
                    str(d["source"]), tuple(int(m) for m in d.get("second_round", ())),
-                   tuple(int(m) for m in d.get("third_round", ())))
+                   tuple(int(m) for m in d.get("third_round", ())),
+                   tuple(int(m) for m in d.get("resolution_round", ())))
 
 
 def verify_seeds(seeds: tuple[int, ...], count: int = VERIFY_SEEDS) -> tuple[int, ...]:
@@ -230,7 +239,8 @@ def verify_result(plan: VerifyPlan, rows: list[dict[str, Any]], metric: str, hig
     ms_f, seeds_f, table = found
     ms = [int(m) for m in ms_f]
     if plan.m_rec not in ms or len(ms) < 2 or any(
-            m not in ms for m in (*plan.second_round, *plan.third_round)):
+            m not in ms for m in (*plan.second_round, *plan.third_round,
+                                  *plan.resolution_round)):
         return None
     keep = [k for k in range(len(seeds_f)) if np.isfinite(table[k]).all()]  # paired seeds
     if not keep:
@@ -326,6 +336,53 @@ def plan_third_round(result: VerifyResult) -> VerifyPlan:
                       plan.source, plan.second_round, new)
 
 
+def plan_resolution_round(result: VerifyResult, step: float = RESOLVED_STEP) -> VerifyPlan:
+    """The plan with a resolution round where the reading at the target n is located but the
+    measured m around it are more than ``step`` apart (the refinement's
+    :data:`~.refine.RESOLVED_STEP`): :data:`SECOND_ROUND_POINTS` m evenly spaced in log m
+    inside that step, so that the grid at the target n is no coarser than the grid's cells are
+    refined to; none where the reading only bounds m*, the step is fine already, or the round
+    was planned.
+
+    A seed interval is read on the m measured: where m* falls in a wide step, the curve's
+    form between two far-apart m decides where in the step it lies, and the seeds cannot say
+    so. The quick preset at the full preset's budget read independent m* = 4,676 [4,278, 5,132]
+    inside a step from 4,182 to 6,791 (1.62x), where the full preset, whose m there were 1.26x
+    apart, read 5,357 [4,531, 6,320] on the same seeds (docs/negatives.md, "The verify stage").
+
+    Example:
+        >>> from crl.experiments.negatives.curves import estimate_curve_cell
+        >>> plan = VerifyPlan("shared", 4000, 500, (250, 500, 1000, 4000), (0, 1, 2), "law")
+        >>> table = np.array([[0.50, 0.60, 0.615, 0.62], [0.51, 0.61, 0.625, 0.63],
+        ...                   [0.50, 0.60, 0.615, 0.62]])
+        >>> cell = estimate_curve_cell("shared", 4000, plan.ms, (0, 1, 2), table,
+        ...                            Tolerance(0.01), rng=np.random.default_rng(0))
+        >>> cell.status, 500 < cell.m_star < 1000
+        ('located', True)
+        >>> r = VerifyResult(plan, plan.ms, (0.5, 0.6, 0.615, 0.62), 4000, 0.02, (0.01, 0.03),
+        ...                  0.0062, (0, 1, 2), True, 10, "not within", 1000, 500, cell)
+        >>> plan_resolution_round(r).resolution_round
+        (630, 794)
+    """
+    plan, cell = result.plan, result.cell
+    if cell is None or cell.m_star is None or plan.resolution_round:
+        return plan
+    measured = sorted(plan.all_ms)
+    above = next((k for k, m in enumerate(measured) if m >= cell.m_star - 1e-9), None)
+    if above is None or above == 0:
+        return plan
+    lo, hi = measured[above - 1], measured[above]
+    if hi / lo <= step:
+        return plan
+    gap = (math.log(hi) - math.log(lo)) / (SECOND_ROUND_POINTS + 1)
+    points = {round(math.exp(math.log(lo) + k * gap)) for k in range(1, SECOND_ROUND_POINTS + 1)}
+    new = tuple(sorted(m for m in points if lo < m < hi))
+    if not new:
+        return plan
+    return VerifyPlan(plan.regime, plan.target_n, plan.m_rec, plan.ms, plan.seeds,
+                      plan.source, plan.second_round, plan.third_round, new)
+
+
 def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
     """The measurement at the user's n in a few sentences (every number is in
     ``analysis.json``)."""
@@ -342,7 +399,8 @@ def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
 def measured_text(r: VerifyResult) -> str:
     """The answer at the target n, read from the verify runs' own curve, and its check."""
     later = [(word, ms) for word, ms in (("second", r.plan.second_round),
-                                         ("third", r.plan.third_round)) if ms]
+                                         ("third", r.plan.third_round),
+                                         ("resolution", r.plan.resolution_round)) if ms]
     rounds = (" (with " + " and ".join(f"a {word} round at m = {', '.join(f'{m:,}' for m in ms)}"
                                        for word, ms in later) + ")" if later else "")
     cell, check = r.cell, r.check
