@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,13 @@ def test_measured_recommendations_are_compared_and_their_predictions_too(tmp_pat
     assert independent.verdict == "disagree"
     assert "the intervals overlap on [5,200, 5,250], but neither m lies in the other's" in \
         independent.why
+    one_way = _study(tmp_path / "g", _numbers(measured(6500, 6200, 6900, 6500),
+                                              measured(5500, 5300, 5800, 114)))
+    [independent] = [r for r in compare_studies(one_way, b).regimes
+                     if r.regime == "independent"]  # 5,500 in [5,200, 6,900]; 6,000 not in A's
+    assert independent.verdict == "disagree"
+    assert "the intervals overlap on [5,300, 5,800], but only A's m lies in the other's" in \
+        independent.why
     unmeasured = _study(tmp_path / "d", _numbers(_rec(600, 400, 800), _rec(600, 400, 800)))
     mixed = compare_studies(a, unmeasured)
     assert all(r.predicted == "" for r in mixed.regimes) and mixed.predictions_agree is None
@@ -134,3 +143,58 @@ def test_a_directory_that_is_not_a_negatives_study_is_one_line(tmp_path: Path) -
     a = _study(tmp_path / "a", _numbers(_rec(1, 0, 2), _rec(1, 0, 2)))
     result = runner.invoke(app, ["study", "compare", str(a), str(tmp_path / "missing")])
     assert result.exit_code == 2 and "has no study.json" in result.output
+
+
+def _verify_rows(ms: list[int], curve: Any, seeds: range) -> list[dict[str, Any]]:
+    """Verify-stage rows at n = 17,908 for both regimes: recall@1 = curve(m) + a seed level +
+    noise fixed by (m, seed), so that the same run scores the same in both studies."""
+    def score(m: int, s: int) -> float:
+        return float(curve(m) + 0.002 * s + 0.001 * math.sin(7.0 * m + 3.0 * s))
+    return [{"run_id": f"{regime}-{m}-{s}", "n": 17_908, "m": m, "regime": regime, "seed": s,
+             "arm": "verify", "retrieval/x2y_recall@1": score(m, s),
+             "retrieval/y2x_recall@1": score(m, s)}
+            for regime in ("shared", "independent") for m in ms for s in seeds]
+
+
+def test_two_verify_stages_are_read_as_one_sample(tmp_path: Path) -> None:
+    """Both verify stages trained the same seeds at the same target n: their runs are pooled
+    into one cell per regime (the runs both trained must score the same), and the comparison
+    says whether that reading holds each study's m."""
+    from crl.experiments.results import write_results
+
+    def curve(m: int) -> float:  # rises in log m up to 5,000, flat after
+        return 0.40 - 0.04 * max(0.0, math.log(5000 / m)) / math.log(5000 / 500)
+
+    def measured(m: float, low: float, high: float) -> dict[str, Any]:
+        return _rec(m, low, high, source="verify stage")
+
+    a = _study(tmp_path / "a", _numbers(measured(3000, 2800, 3300), measured(3000, 2800, 3300)))
+    b = _study(tmp_path / "b", _numbers(measured(3900, 3600, 4200), measured(3900, 3600, 4200)))
+    ms_a, ms_b = [500, 1000, 2000, 8000, 17_908], [1500, 2500, 3500, 4500, 17_908]
+    write_results(_verify_rows(ms_a, curve, range(3)), a / "results.csv", ["run_id"])
+    write_results(_verify_rows(ms_b, curve, range(3)), b / "results.csv", ["run_id"])
+    result = compare_studies(a, b)
+    for r in result.regimes:
+        assert r.verdict == "disagree"  # 3,000 and 3,900: neither in the other's interval
+        assert r.pooled.startswith("both verify stages' runs read as one cell (9 m, 3 seeds; "
+                                   "the 3 runs both trained score the same in each): m* = ")
+        # planted m*: within 0.01 of the plateau at 5000 * (500 / 5000) ** (1 / 4) = 2,812
+        found = re.search(r"m\* = ([\d,]+) \[([\d,]+), ([\d,]+)\], which holds A's m only$",
+                          r.pooled)
+        assert found, r.pooled
+        point, low, high = (float(g.replace(",", "")) for g in found.groups())
+        assert low <= 5000 * 0.1 ** 0.25 <= high and low <= point <= high and high < 3600
+    assert "runs read as one cell" in result.lines()[0]
+    far = _study(tmp_path / "c", _numbers(measured(9000, 8000, 9900), measured(9000, 8000, 9900)))
+    write_results(_verify_rows(ms_a, curve, range(3)), far / "results.csv", ["run_id"])
+    assert all(r.pooled.endswith("which holds neither m") for r in compare_studies(far, b).regimes)
+    rows = _verify_rows(ms_b, curve, range(3))
+    rows[-1]["retrieval/x2y_recall@1"] += 0.01  # a run both trained, scored differently
+    (b / "results.csv").unlink()
+    write_results(rows, b / "results.csv", ["run_id"])
+    apart = compare_studies(a, b)
+    assert all(r.pooled == "not pooled: 1 of the 6 runs both studies trained at the target n "
+               "score differently: they are not one sample" for r in apart.regimes)
+    (b / "results.csv").unlink()
+    assert all(r.pooled == "not pooled: a study directory has no results.csv"
+               for r in compare_studies(a, b).regimes)

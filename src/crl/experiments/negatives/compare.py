@@ -9,7 +9,15 @@ may differ (where each recommendation comes from, and what the verify stage meas
 whose verify stage ran recommends the m* it measured at the target n (:mod:`.answer`); the
 grid's prediction there is kept beside it, and where both studies have one the predictions are
 compared too, by the same rule, and the closing line (:meth:`Comparison.verdict`) says whether
-they agree as well. Reads ``analysis.json`` and ``study.json`` only.
+they agree as well. Reads ``analysis.json`` and ``study.json``.
+
+Where both recommendations were measured at the target n and both directories hold their
+``results.csv``, the two verify stages' runs are one sample of one question: the same data,
+training and seeds give the same runs (a run both trained must score the same in both, or they
+are not pooled), and the studies differ only in the m their grids led them to. Those runs are
+then read as one cell per regime (:func:`pooled_cells`, the reading of every cell), and the
+comparison says whether that reading's interval holds each study's m: where the two disagree,
+whether the difference lies in the runs or in the m each measured.
 """
 
 from __future__ import annotations
@@ -20,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from crl.errors import CrlValueError
+from crl.experiments.metrics import metric_spec, with_study_metric
+from crl.experiments.negatives.curves import CurveCell, curve_cells
+from crl.experiments.negatives.tolerance import Tolerance
+from crl.experiments.results import read_results
 from crl.rundir import read_json
 
 
@@ -34,6 +46,7 @@ class RegimeComparison:
     why: str = ""
     predicted: str = ""
     predictions_agree: bool | None = None
+    pooled: str = ""
 
 
 @dataclass
@@ -90,7 +103,8 @@ class Comparison:
             line = (f"{r.regime}: {r.verdict}: A m = {_m(r.a[0])} [{_m(r.a[1])}, {_m(r.a[2])}], "
                     f"B m = {_m(r.b[0])} [{_m(r.b[1])}, {_m(r.b[2])}]")
             out.append(line + (f" ({r.why})" if r.why else "")
-                       + (f"; {r.predicted}" if r.predicted else ""))
+                       + (f"; {r.predicted}" if r.predicted else "")
+                       + (f"; {r.pooled}" if r.pooled else ""))
         return out
 
 
@@ -144,10 +158,14 @@ def _why(ra: dict[str, Any], rb: dict[str, Any]) -> str:
             return f"the verify stage's runs at n = {rec['n_used']:,}"
         return f"the {rec['source']} at n = {rec['n_used']:,}"
     parts = [f"A from {origin(ra)}, B from {origin(rb)}"]
-    (_, la, ha), (_, lb, hb) = _triple(ra), _triple(rb)
+    (ma, la, ha), (mb, lb, hb) = _triple(ra), _triple(rb)
     if max(la, lb) <= min(ha, hb):
+        inside = [name for name, m, lo, hi in (("A", ma, lb, hb), ("B", mb, la, ha))
+                  if m is not None and lo <= m <= hi]
+        which = ("neither m lies in the other's" if not inside else
+                 f"only {inside[0]}'s m lies in the other's")
         parts.append(f"the intervals overlap on [{_m(max(la, lb))}, {_m(min(ha, hb))}], but "
-                     "neither m lies in the other's")
+                     + which)
     for name, rec in (("A", ra), ("B", rb)):
         verify = rec.get("verify")
         if verify:
@@ -200,6 +218,59 @@ def _triple(rec: dict[str, Any]) -> tuple[float | None, float, float]:
     return rec["m"], float(low), float(high)
 
 
+def pooled_cells(a: Path, b: Path, numbers: dict[str, Any]
+                 ) -> tuple[dict[str, CurveCell], dict[str, int], str]:
+    """Both studies' verify runs at the target n read as one cell per regime (module
+    docstring), for studies of the same question (``numbers``: either's ``analysis.json``
+    numbers).
+
+    Returns:
+        ``(cells by regime, runs both trained by regime, why not)``: no cells and the reason
+        when a directory has no ``results.csv`` or a run both trained scores differently in
+        each.
+    """
+    paths = [d / "results.csv" for d in (a, b)]
+    if not all(p.exists() for p in paths):
+        return {}, {}, "a study directory has no results.csv"
+    metric, target = str(numbers["metric"]), int(numbers["target_n"])
+    runs: dict[tuple[str, int, int], dict[str, Any]] = {}
+    shared: dict[str, int] = {}
+    differ = 0
+    for path in paths:
+        for row in read_results(path):
+            if row.get("arm") != "verify" or int(row["n"]) != target:
+                continue
+            row = with_study_metric(row, metric)
+            key = (str(row["regime"]), int(row["m"]), int(row["seed"]))
+            if key in runs:
+                shared[key[0]] = shared.get(key[0], 0) + 1
+                differ += runs[key][metric] != row[metric]
+            else:
+                runs[key] = row
+    if differ:
+        return {}, shared, (f"{differ} of the {sum(shared.values())} runs both studies trained "
+                            "at the target n score differently: they are not one sample")
+    tolerance = Tolerance.parse(str(numbers["tolerance"]["text"]))
+    cells = curve_cells(list(runs.values()), metric, metric_spec(metric).higher_is_better,
+                        tolerance)
+    return {c.regime: c for c in cells}, shared, ""
+
+
+def _pooled_text(cell: CurveCell, shared: int, ta: tuple[float | None, float, float],
+                 tb: tuple[float | None, float, float]) -> str:
+    """The pooled reading of one regime in words, and which study's m its interval holds."""
+    holds = [name for name, t in (("A", ta), ("B", tb))
+             if t[0] is not None and cell.lower <= t[0] <= cell.upper]
+    which = ("holds both m" if len(holds) == 2 else f"holds {holds[0]}'s m only" if holds
+             else "holds neither m")
+    point = (f"m* = {_m(cell.m_star)} [{_m(cell.lower)}, {_m(cell.upper)}]"
+             if cell.m_star is not None else
+             f"m* only bounded: [{_m(cell.lower)}, {_m(cell.upper)}]")
+    return (f"both verify stages' runs read as one cell ({len(cell.ms)} m, {len(cell.seeds)} "
+            f"seeds; the {shared} runs both trained score the same in each): {point}, which "
+            f"{which}")
+
+
 def compare_studies(a: str | Path, b: str | Path) -> Comparison:
     """Compare the recommendations of the negatives studies in ``a`` and ``b``.
 
@@ -215,6 +286,9 @@ def compare_studies(a: str | Path, b: str | Path) -> Comparison:
             result.mismatches.append(f"{key}: {qa[key]} against {qb[key]}")
     if result.mismatches:
         return result
+    measured = all(rec.get("source") == "verify stage" for numbers in (na, nb)
+                   for rec in numbers["recommendations"].values())
+    pooled, shared, why_not = pooled_cells(a, b, na) if measured else ({}, {}, "")
     for regime in sorted(set(na["recommendations"]) & set(nb["recommendations"])):
         ra, rb = na["recommendations"][regime], nb["recommendations"][regime]
         ta, tb = _triple(ra), _triple(rb)
@@ -229,6 +303,9 @@ def compare_studies(a: str | Path, b: str | Path) -> Comparison:
         else:
             verdict, why = "disagree", _why(ra, rb)
         predicted, predictions_agree = predicted_agreement(ra, rb)
+        together = (_pooled_text(pooled[regime], shared.get(regime, 0), ta, tb)
+                    if regime in pooled
+                    else f"not pooled: {why_not}" if why_not else "")
         result.regimes.append(RegimeComparison(regime, ta, tb, verdict, why, predicted,
-                                               predictions_agree))
+                                               predictions_agree, together))
     return result
