@@ -244,7 +244,8 @@ def pooled_cells(a: Path, b: Path, numbers: dict[str, Any]
             key = (str(row["regime"]), int(row["m"]), int(row["seed"]))
             if key in runs:
                 shared[key[0]] = shared.get(key[0], 0) + 1
-                differ += runs[key][metric] != row[metric]
+                before, now = runs[key][metric], row[metric]
+                differ += before != now and not (before != before and now != now)  # NaN twice
             else:
                 runs[key] = row
     if differ:
