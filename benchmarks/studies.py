@@ -15,6 +15,12 @@ confidence interval. Every cell's m*, interval and status is listed side by side
 the new code changed (sparse optimisation is not the same arithmetic as dense AdamW) is shown
 beside the old.
 
+Two comparisons are made, because the two trees may differ in how they read m* as well as in
+how they train: ``agreement`` sets the old tree's answer (its own analysis) against the new
+tree's; ``agreement_same_analysis`` sets the old tree's *runs*, read by the new tree's analysis
+(its ``crl report --from-results`` over the old ``results.csv``, in a copy of the new study's
+directory), against the new tree's answer, so only the training path differs.
+
     .venv/bin/python benchmarks/studies.py --old /path/to/old/checkout --new . \\
         --refine-runs 0 --out benchmarks/results/studies.json         # the quick grid, both
     .venv/bin/python benchmarks/studies.py --only-new --out ...       # make run's study
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,11 +76,31 @@ def run_study(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]
     [study_dir] = [p for p in out.iterdir() if p.is_dir()]
     runs = sum(1 for _ in study_dir.rglob("summary.json"))
     analysis = json.loads((study_dir / "analysis.json").read_text())
-    return {"tree": str(tree), "commit": _commit(tree), "command": command[1:],
+    return {"tree": str(tree), "commit": _commit(tree), "study_dir": str(study_dir),
+            "command": command[1:],
             "runs": runs, "wall_s": wall, "cpu_s": cpu, "runs_per_cpu_s": runs / cpu,
             "cpu_s_per_run": cpu / runs, "disk_mb": _disk_bytes(study_dir) / 1e6,
             "load_before": load_before, "load_after": os.getloadavg(),
             "answer": answer(analysis)}
+
+
+def reanalyse(old_study: Path, new_study: Path, new_tree: Path, scratch: Path
+              ) -> dict[str, Any]:
+    """The answer of the old study's runs read by the new tree's analysis: the new study's
+    directory (its study.json and data files, not its runs) with the old ``results.csv``."""
+    target = scratch / "old-runs-new-analysis" / new_study.name
+    target.mkdir(parents=True)
+    for path in new_study.iterdir():
+        if path.is_file() and path.name != "results.csv":
+            shutil.copy2(path, target / path.name)
+    shutil.copy2(old_study / "results.csv", target / "results.csv")
+    env = {**os.environ, "PYTHONPATH": str(new_tree / "src"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "crl", "report", str(target), "--from-results"],
+                          env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"the new analysis of the old runs failed ({proc.returncode}):\n"
+                         f"{proc.stderr[-3000:]}")
+    return answer(json.loads((target / "analysis.json").read_text()))
 
 
 def answer(analysis: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +150,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", type=Path, help="the checkout of the old code")
     parser.add_argument("--new", type=Path, default=ROOT, help="the checkout of the new code")
+    parser.add_argument("--old-commit", help="the old tree's commit, when it is not a git "
+                        "checkout (e.g. a `git archive` of it)")
     parser.add_argument("--only-new", action="store_true", help="time the new code alone")
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--data", default="pycode")
@@ -144,21 +173,30 @@ def main() -> None:
             out = (args.keep or Path(scratch)) / name
             out.mkdir(parents=True, exist_ok=False)
             result[name] = run_study(tree, out, args)
+            if name == "old" and args.old_commit:
+                result[name]["commit"] = args.old_commit
             print(f"{name}: {result[name]['runs']} runs in {result[name]['wall_s']:.0f} s, "
                   f"{result[name]['cpu_s']:.0f} CPU s, {result[name]['disk_mb']:.0f} MB",
                   flush=True)
-    if not args.only_new:
-        old, new = result["old"], result["new"]
-        result["speedup_runs_per_cpu_s"] = new["runs_per_cpu_s"] / old["runs_per_cpu_s"]
-        result["wall_ratio_new_vs_old"] = new["wall_s"] / old["wall_s"]
-        result["disk_ratio_new_vs_old"] = new["disk_mb"] / old["disk_mb"]
-        result["agreement"] = agreement(old["answer"], new["answer"])
+        if not args.only_new:
+            old, new = result["old"], result["new"]
+            result["speedup_runs_per_cpu_s"] = new["runs_per_cpu_s"] / old["runs_per_cpu_s"]
+            result["wall_ratio_new_vs_old"] = new["wall_s"] / old["wall_s"]
+            result["disk_ratio_new_vs_old"] = new["disk_mb"] / old["disk_mb"]
+            result["agreement"] = agreement(old["answer"], new["answer"])
+            old["answer_new_analysis"] = reanalyse(Path(old["study_dir"]),
+                                                   Path(new["study_dir"]), trees["new"],
+                                                   Path(args.keep or scratch))
+            result["agreement_same_analysis"] = agreement(old["answer_new_analysis"],
+                                                          new["answer"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     summary = {k: v for k, v in result.items() if not isinstance(v, dict)}
     if "agreement" in result:
         summary["agree"] = result["agreement"]["agree"]
         summary["failed_checks"] = result["agreement"]["failed"]
+        summary["agree_same_analysis"] = result["agreement_same_analysis"]["agree"]
+        summary["failed_checks_same_analysis"] = result["agreement_same_analysis"]["failed"]
     print(json.dumps(summary, indent=1))
 
 
