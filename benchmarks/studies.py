@@ -55,6 +55,11 @@ def _commit(tree: Path) -> str | None:
     return proc.stdout.strip() or None
 
 
+def _tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a child process that runs ``tree``'s crl, offline."""
+    return {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1"}
+
+
 def run_study(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Run the study with the code of ``tree`` into ``out``; its cost and its answer."""
     command = [sys.executable, "-m", "crl", "study", "negatives", "--preset", args.preset,
@@ -62,7 +67,7 @@ def run_study(tree: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]
                "--no-progress"]
     if args.refine_runs is not None:
         command += ["--refine-runs", str(args.refine_runs)]
-    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1"}
+    env = _tree_env(tree)
     load_before = os.getloadavg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -94,7 +99,7 @@ def reanalyse(old_study: Path, new_study: Path, new_tree: Path, scratch: Path
         if path.is_file() and path.name != "results.csv":
             shutil.copy2(path, target / path.name)
     shutil.copy2(old_study / "results.csv", target / "results.csv")
-    env = {**os.environ, "PYTHONPATH": str(new_tree / "src"), "HF_HUB_OFFLINE": "1"}
+    env = _tree_env(new_tree)
     proc = subprocess.run([sys.executable, "-m", "crl", "report", str(target), "--from-results"],
                           env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
