@@ -100,9 +100,13 @@ def test_bf16_targets() -> None:
     row = {"batch": 16384, "time_ratio_bf16_vs_float32": 0.55,
            "cpu_time_ratio_bf16_vs_float32": 0.5,
            "bfloat16": {"loss_rel_diff_vs_float64": 2e-2, "grad_cosine_vs_float64": 0.9995,
-                        "fraction_of_matmul": 0.4}}
+                        "fraction_of_matmul": 0.4},
+           "float32": {"fraction_of_matmul": 0.86}}
     targets = bf16_targets([row])
     assert targets["B=16384 bf16 time <= 0.6 x float32 tiled (same run)"]["met"] is True
     assert targets["B=16384 bf16 loss within 1e-2 relative of float64"]["met"] is False
     assert targets["B=16384 bf16 gradient cosine >= 0.999 vs float64"]["met"] is True
+    assert targets["B=16384 bf16 effective throughput >= 50% of the bf16 matmul"]["met"] is False
+    assert targets["B=16384 float32 effective throughput >= 85% of the float32 matmul"] == {
+        "value": 0.86, "met": True}
     assert bf16_targets([{**row, "batch": 300}]) == {}

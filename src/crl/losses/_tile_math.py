@@ -17,6 +17,12 @@ from crl.losses._tile_negatives import TileNegatives
 #: as ``(row_min, row_max, col_min, col_max)`` lists.
 Bounds = tuple[list[float], list[float], list[float], list[float]]
 
+#: ``1 / ln 2``: ``exp(x) = exp2(x / ln 2)``. A wide dtype's ``exp`` is taken as ``exp2`` of the
+#: argument times this (:func:`exp_into`): about half the time of ``exp`` on AVX-512 CPUs, at the
+#: cost of one more rounding of the argument (relative ``|x| u``, as large as the rounding the
+#: argument already carries).
+LOG2E = 1.0 / math.log(2.0)
+
 #: The largest rounding of a forward logit (``bound * u``) at which a narrow-dtype backward
 #: takes the row shift inside the product (logits of unit vectors at ``tau >= 0.04``).
 SHIFT_INSIDE_MAX_ERROR = 0.1
@@ -43,6 +49,27 @@ def exp_floor(dtype: torch.dtype) -> float:
     the largest term ``exp(0) = 1`` of a max-shifted sum changes nothing at the dtype's precision.
     """
     return math.log(torch.finfo(dtype).tiny) + 0.5
+
+
+def exp_into(x: Tensor, shift: Tensor | None, out: Tensor, floor: float | None) -> Tensor:
+    """``exp(x - shift)`` in ``out`` (which may be ``x``), its argument clamped at ``floor``
+    unless that is None; ``shift`` broadcasts against ``x`` (None: no shift).
+
+    For float32 and float64 the shift and the change of base go into one pass, ``t = x / ln 2
+    - shift / ln 2``, and ``exp2(t)`` another (:data:`LOG2E`); narrow dtypes take ``exp`` of
+    ``x - shift`` as it stands (a second rounding of the argument in bfloat16 would cost up to
+    ``|x| 2^-8`` relative)."""
+    if x.dtype in (torch.float32, torch.float64):
+        if shift is None:
+            t = torch.mul(x, LOG2E, out=out)
+        else:
+            t = torch.add(shift.mul(-LOG2E), x, alpha=LOG2E, out=out)
+        return (t.clamp_(min=floor * LOG2E) if floor is not None else t).exp2_()
+    if shift is not None:
+        t = torch.sub(x, shift, out=out)
+    else:
+        t = x if out is x else out.copy_(x)
+    return (t.clamp_(min=floor) if floor is not None else t).exp_()
 
 
 def logit_bound(a_s: Tensor, b: Tensor, dtype: torch.dtype) -> float:
@@ -252,7 +279,7 @@ class TileGradient:
         logits = self._logits(r0, r1, c0, c1, excluded)
         g = self.grad_buf[: h * w].view(h, w)
         if factors is not None and rows is not None:
-            g = _one_exp(self._exp(torch.sub(logits, self.shift_rows[r0:r1], out=g)), rows,
+            g = _one_exp(self._exp_shifted(logits, self.shift_rows[r0:r1], g), rows,
                          factors, logits)
         else:
             g = self._two_exps(logits, g, r0, r1, c0, c1)
@@ -260,7 +287,11 @@ class TileGradient:
 
     def _exp(self, x: Tensor) -> Tensor:
         """``exp`` in place, of arguments clamped at the floor where one can be below it."""
-        return (x.clamp_(min=self.floor) if self.plan.clamp else x).exp_()
+        return exp_into(x, None, x, self.floor if self.plan.clamp else None)
+
+    def _exp_shifted(self, x: Tensor, shift: Tensor, out: Tensor) -> Tensor:
+        """``exp(x - shift)`` in ``out`` (:func:`exp_into`), clamped as :meth:`_exp`."""
+        return exp_into(x, shift, out, self.floor if self.plan.clamp else None)
 
     def _factors(self, r0: int, r1: int, c0: int, c1: int) -> tuple[Tensor, Tensor] | None:
         """``u (h,) = exp(lse_row_i - low)`` and ``t (w,) = exp(low - lse_col_j) g_col_j``
@@ -304,15 +335,15 @@ class TileGradient:
         """``G = g_row_i exp(L_ij - lse_row_i) + g_col_j exp(L_ij - lse_col_j)`` in ``g``
         (either term alone when one direction has no gradient); overwrites ``logits``."""
         if self.grad_rows is not None:
-            g = _one_exp(self._exp(torch.sub(logits, self.shift_rows[r0:r1], out=g)),
+            g = _one_exp(self._exp_shifted(logits, self.shift_rows[r0:r1], g),
                          self.grad_rows[r0:r1], None)
             if self.shift_cols is not None and self.grad_cols is not None:
-                p_col = self._exp(logits.sub_(self.shift_cols[:, c0:c1]))
+                p_col = self._exp_shifted(logits, self.shift_cols[:, c0:c1], logits)
                 g.addcmul_(p_col, self.grad_cols[c0:c1].unsqueeze(0))
             return g
         assert self.shift_cols is not None and self.grad_cols is not None
-        torch.sub(logits, self.shift_cols[:, c0:c1], out=g)
-        return self._exp(g).mul_(self.grad_cols[c0:c1].unsqueeze(0))  # P_col
+        p_col = self._exp_shifted(logits, self.shift_cols[:, c0:c1], g)
+        return p_col.mul_(self.grad_cols[c0:c1].unsqueeze(0))
 
 
 def _one_exp(p_row: Tensor, grad_rows: Tensor, factors: tuple[Tensor, Tensor] | None,
@@ -324,5 +355,6 @@ def _one_exp(p_row: Tensor, grad_rows: Tensor, factors: tuple[Tensor, Tensor] | 
     if factors is None:
         return p_row.mul_(grad_rows.unsqueeze(1).to(dtype))
     u, t = factors
-    return p_row.mul_(torch.addr(grad_rows.unsqueeze(1).to(dtype), u.to(dtype), t.to(dtype),
-                                 out=out))
+    # w_i + u_i t_j as a product and a broadcast add: two light passes (torch.addr took ~3x).
+    weights = torch.mul(u.to(dtype).unsqueeze(1), t.to(dtype).unsqueeze(0), out=out)
+    return p_row.mul_(weights.add_(grad_rows.unsqueeze(1).to(dtype)))

@@ -49,6 +49,7 @@ from crl.losses._tile_math import (
     FactoredTile,
     TileGradient,
     TilePlan,
+    exp_into,
     logit_bound,
     needs_floor,
     small_rounding,
@@ -132,7 +133,7 @@ class _TiledLogSumExp(torch.autograd.Function):
                     count_rows[r0:r1] += w - excluded.sum(dim=1)
                     count_cols[c0:c1] += h - excluded.sum(dim=0)
                 if direct:
-                    e = logits.exp_()  # (h, w), every entry in range
+                    e = exp_into(logits, None, logits, None)  # (h, w), every entry in range
                     tile_rows = e.sum(dim=1).log_()
                     tile_cols = torch.mv(e.T, ones[:h]).log_() if want_cols else None
                 else:
