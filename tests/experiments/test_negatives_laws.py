@@ -13,7 +13,11 @@ from crl.experiments.negatives.backtest import backtest
 from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.laws import (
     Observation,
+    _arrays,
+    _lik_grad,
     _log_lik_grad,
+    _newton,
+    _objective,
     fit_law,
     log_likelihood,
     recommend,
@@ -136,6 +140,61 @@ def test_likelihood_gradient_matches_finite_differences() -> None:
         step = np.eye(3)[k] * 1e-6
         numeric = (log_likelihood(obs, *(v + step)) - log_likelihood(obs, *(v - step))) / 2e-6
         assert grad[k] == pytest.approx(numeric, rel=1e-5)
+
+
+_MIXED = [Observation(100, True, 2.0, 0.1, 2.0, 2.0), Observation(400, True, 3.1, 0.2, 3.1, 3.1),
+          Observation(1600, False, math.nan, 0.1, 3.5, math.inf),
+          Observation(3000, False, math.nan, 0.1, -math.inf, 4.0),
+          Observation(6000, False, math.nan, 0.1, 3.0, 4.5)]
+
+
+@pytest.mark.parametrize(("names", "fixed", "v"), [
+    (["alpha", "c", "w"], {}, [0.7, -1.0, 0.09]),
+    (["c", "w"], {"alpha": 0.4}, [0.5, 0.3]),
+    (["alpha", "w"], {"y_at": 4.0, "x_at": math.log(8000)}, [0.5, 0.02]),
+    (["alpha", "c"], {"tau": 0.0}, [0.6, 0.1]),
+])
+def test_objective_gradient_and_hessian_match_finite_differences(
+        names: list[str], fixed: dict[str, float], v: list[float]) -> None:
+    # Newton's analytic derivatives, located and censored cells (open and closed bounds),
+    # against central differences of the value and of the gradient
+    arrays, point, h = _arrays(_MIXED), np.array(v), 1e-6
+    value, grad, hess = _objective(names, fixed, arrays, point)
+    p = dict(zip(names, v, strict=True))
+    alpha = p.get("alpha", fixed.get("alpha"))
+    c = fixed["y_at"] - alpha * fixed["x_at"] if "y_at" in fixed else p["c"]
+    assert value == pytest.approx(_lik_grad(arrays, alpha, c, math.sqrt(p.get("w", 0.0)))[0])
+    for k in range(len(v)):
+        step = np.eye(len(v))[k] * h
+        up, down = (_objective(names, fixed, arrays, point + s) for s in (step, -step))
+        assert grad[k] == pytest.approx((up[0] - down[0]) / (2 * h), rel=1e-5, abs=1e-6)
+        np.testing.assert_allclose(hess[:, k], (up[1] - down[1]) / (2 * h), rtol=1e-4,
+                                   atol=1e-4)
+    np.testing.assert_allclose(hess, hess.T)
+
+
+def test_newton_reaches_the_maximum_bfgs_finds() -> None:
+    # the same optimum as scipy's BFGS on the same likelihood (to its gtol), in the interior
+    # and with the scatter on its bound tau = 0 (cells exactly on a line)
+    from scipy import optimize
+
+    on_line = [Observation(n, True, 0.5 * math.log(n), 0.1, 0.5 * math.log(n),
+                           0.5 * math.log(n)) for n in (100, 400, 1600, 6400)]
+    for obs in (_MIXED, on_line):
+        arrays = _arrays(obs)
+        found = _newton(["alpha", "c", "w"], {}, arrays, np.array([0.5, 0.0, 0.25]))
+        assert found is not None
+        top, v = found
+
+        def nll(u: np.ndarray, arrays: tuple[np.ndarray, ...] = arrays) -> float:
+            return -_lik_grad(arrays, u[0], u[1], u[2] ** 2)[0]
+
+        ref = optimize.minimize(nll, np.array([0.5, 0.0, 0.5]), method="BFGS",
+                                options={"gtol": 1e-8})
+        assert top >= -ref.fun - 1e-9
+        assert v[:2] == pytest.approx(ref.x[:2], abs=1e-4)
+        assert math.sqrt(v[2]) == pytest.approx(ref.x[2] ** 2, abs=1e-4)
+    assert v[2] == 0.0  # on the line: no scatter left, exactly
 
 
 def test_tolerance_sensitivity_reports_half_chosen_and_twice() -> None:
