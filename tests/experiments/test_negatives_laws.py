@@ -197,6 +197,33 @@ def test_newton_reaches_the_maximum_bfgs_finds() -> None:
     assert v[2] == 0.0  # on the line: no scatter left, exactly
 
 
+def test_a_fit_newton_does_not_finish_falls_back_to_bfgs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with no Newton iterations allowed every maximisation is BFGS's: the same law to its gtol
+    from crl.experiments.negatives import laws
+
+    cells = _law_cells(0.5, 0.2, jitter=0.2, seed=3)
+    newton = fit_law(cells, "independent")
+    laws._maximised.cache_clear()
+    monkeypatch.setattr(laws, "NEWTON_MAX_ITER", 0)
+    calls = []
+    minimize = laws.optimize.minimize
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return minimize(*args, **kwargs)
+
+    monkeypatch.setattr(laws.optimize, "minimize", counted)
+    try:
+        bfgs = fit_law(cells, "independent")
+    finally:
+        laws._maximised.cache_clear()
+    assert newton.alpha is not None and bfgs.alpha is not None
+    assert bfgs.alpha == pytest.approx(newton.alpha, abs=1e-5)
+    assert bfgs.log_lik == pytest.approx(newton.log_lik, abs=1e-8)
+    assert bfgs.verdict == newton.verdict and bfgs.p_value == pytest.approx(newton.p_value)
+    assert calls  # BFGS did the fits
+
+
 def test_tolerance_sensitivity_reports_half_chosen_and_twice() -> None:
     rows = law_rows(NS[:4], 0.5, 0.3, seeds=3, noise=0.001)
     results = tolerance_sensitivity(rows, "score", True, Tolerance(0.01), 10_000)
