@@ -95,7 +95,7 @@ def _text_featurizer(kind: str, cfg: ModelConfig) -> tuple[TextFeaturizer, int]:
         return encoder.encode, encoder.dim
     from crl.models.tokenizer import MiniLMTokenizer
 
-    tokenizer = MiniLMTokenizer(cfg.max_tokens)
+    tokenizer = MiniLMTokenizer(cfg.max_tokens, cache_dir=cfg.cache_dir)
     return tokenizer, tokenizer.vocab_size
 
 

