@@ -151,3 +151,14 @@ def test_validate_config_reports_every_problem_together() -> None:
     with pytest.raises(CrlValueError, match="2 error") as info:
         validate_config(data)
     assert "train.steps" in str(info.value) and "loss.temperature" in str(info.value)
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    ({"eval": {"hard_negatives": True}}, "eval.hard_negatives"),  # a truthy fuzz value, too
+    ({"train": {"micro_batch_tokens": 100}}, "train.micro_batch_tokens"),
+])
+def test_a_check_across_sections_is_shown_at_the_key_it_names(data: dict[str, Any],
+                                                              key: str) -> None:
+    message = _check(data, key)
+    assert message is not None and "(top level)" not in message
+    assert f"  {key}: {key}:" not in message  # the key once at the start of its line

@@ -164,3 +164,46 @@ def test_bad_hyperparameters_and_gradients_are_refused() -> None:
     param.grad = torch.eye(3).to_sparse(2)  # sparse in both dimensions: not a table's
     with pytest.raises(CrlValueError, match="sparse_dim=2"):
         opt.step()
+
+
+def test_stepping_together_equals_each_optimiser_alone_bit_for_bit() -> None:
+    # a group's optimisers (crl.train.lazy_adamw.step_together): the dense parameters of those
+    # that share hyperparameters in one call, sparse rows and other optimisers on their own
+    from crl.train.lazy_adamw import step_together
+
+    def build(seed: int) -> list[tuple[list[torch.nn.Parameter], torch.optim.Optimizer]]:
+        gen = torch.Generator().manual_seed(seed)
+        out = []
+        for k, make in enumerate([lambda ps: LazyAdamW(ps, **HYPER),
+                                  lambda ps: LazyAdamW(ps, **HYPER),
+                                  lambda ps: LazyAdamW(ps, **{**HYPER, "lr": 0.01}),
+                                  lambda ps: torch.optim.SGD(ps, lr=0.1)]):
+            params = [torch.nn.Parameter(torch.randn(30, 4, generator=gen)),
+                      torch.nn.Parameter(torch.randn(5, generator=gen)),
+                      torch.nn.Parameter(torch.randn(3, 2, generator=gen))]
+            out.append((params, make(params if k < 3 else params[1:])))
+        return out
+
+    def grads(step: int, params: list[torch.nn.Parameter], k: int) -> None:
+        gen = torch.Generator().manual_seed(100 * step + k)
+        rows = torch.randint(0, 30, (7,), generator=gen)
+        if k < 3:
+            params[0].grad = _sparse(rows, torch.randn(7, 4, generator=gen), 30)
+        params[1].grad = torch.randn(5, generator=gen)
+        params[2].grad = None if step == 1 and k == 1 else torch.randn(3, 2, generator=gen)
+
+    alone, together = build(0), build(0)
+    for step in range(4):
+        for k, (params, opt) in enumerate(alone):
+            grads(step, params, k)
+            opt.step()
+        for k, (params, _) in enumerate(together):
+            grads(step, params, k)
+        step_together([opt for _, opt in together])
+    for (a, opt_a), (b, opt_b) in zip(alone, together, strict=True):
+        for pa, pb in zip(a, b, strict=True):
+            assert torch.equal(pa, pb)
+        states_a = [opt_a.state[p] for p in a if p in opt_a.state]
+        states_b = [opt_b.state[p] for p in b if p in opt_b.state]
+        for sa, sb in zip(states_a, states_b, strict=True):
+            assert all(torch.equal(sa[key], sb[key]) for key in sa if key != "momentum_buffer")

@@ -31,7 +31,7 @@ parameter then takes torch's multi-tensor AdamW, in runs of at most
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -102,6 +102,9 @@ class LazyAdamW(Optimizer):
                                 f"weight_decay={weight_decay}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay})
+        #: Set by :func:`step_together` when it has updated the dense parameters of this step
+        #: already; the next :meth:`step` then does the sparse rows only.
+        self.dense_done = False
 
     # torch wraps these four in ``torch._disable_dynamo``, whose first call imports
     # ``torch._dynamo`` (about 1.5 s of CPU in every fresh process: each study worker); the
@@ -149,24 +152,17 @@ class LazyAdamW(Optimizer):
         for group in self.param_groups:
             dense = [p for p in group["params"] if p.grad is not None and not p.grad.is_sparse]
             sparse = [p for p in group["params"] if p.grad is not None and p.grad.is_sparse]
-            self._dense_step(group, dense)
+            if not self.dense_done:
+                self._dense_step(group, dense)
             for p in sparse:
                 self._sparse_step(group, p)
+        self.dense_done = False
         return loss
 
     def _dense_step(self, group: dict[str, Any], params: list[Tensor]) -> None:
-        """torch's AdamW (multi-tensor) on the parameters with dense gradients, in runs of
-        parameters of at most :data:`FOREACH_MAX_ELEMENTS` values together (a parameter larger
-        than that alone): the multi-tensor update's ``sqrt(v)`` temporaries then span one run,
-        not the whole model, and every value is the one-call update's bit for bit (each
-        tensor's arithmetic is its own)."""
-        beta1, beta2 = group["betas"]
-        for run in foreach_runs(params, FOREACH_MAX_ELEMENTS):
-            states = [self._state(p) for p in run]
-            adamw(run, [p.grad for p in run], [s["exp_avg"] for s in states],  # type: ignore[misc]
-                  [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
-                  foreach=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+        """torch's AdamW (multi-tensor) on the parameters with dense gradients
+        (:func:`_dense_adamw`)."""
+        _dense_adamw(group, params, [self._state(p) for p in params])
 
     def _sparse_step(self, group: dict[str, Any], p: Tensor) -> None:
         """The lazy update of ``p`` at the rows of its sparse gradient (module docstring)."""
@@ -189,6 +185,49 @@ class LazyAdamW(Optimizer):
         p.index_copy_(0, rows, param)
         state["exp_avg"].index_copy_(0, rows, exp_avg)
         state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
+
+
+def _dense_adamw(group: dict[str, Any], params: list[Tensor],
+                 states: list[dict[str, Any]]) -> None:
+    """torch's AdamW (multi-tensor) on ``params`` with dense gradients and their ``states``, at
+    the hyperparameters of ``group``, in runs of parameters of at most
+    :data:`FOREACH_MAX_ELEMENTS` values together (a parameter larger than that alone): the
+    multi-tensor update's ``sqrt(v)`` temporaries then span one run, not the whole model, and
+    every value is the one-call update's bit for bit (each tensor's arithmetic is its own)."""
+    beta1, beta2 = group["betas"]
+    state_of = {id(p): state for p, state in zip(params, states, strict=True)}
+    for run in foreach_runs(params, FOREACH_MAX_ELEMENTS):
+        own = [state_of[id(p)] for p in run]
+        adamw(run, [p.grad for p in run], [s["exp_avg"] for s in own],  # type: ignore[misc]
+              [s["exp_avg_sq"] for s in own], [], [s["step"] for s in own],
+              foreach=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+              weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+
+
+def step_together(optimizers: Sequence[Optimizer]) -> None:
+    """``opt.step()`` of every optimiser, the dense parameters of all the :class:`LazyAdamW`
+    among them that share hyperparameters (the runs of a group: one config, step and schedule)
+    in one multi-tensor AdamW call (:func:`_dense_adamw`) instead of one per optimiser; each
+    ``opt.step()`` then does its sparse rows only (:attr:`LazyAdamW.dense_done`). Each
+    tensor's arithmetic is its own, so every value is what each ``opt.step()`` alone gives, bit
+    for bit; other optimisers step as they are."""
+    batches: dict[tuple[Any, ...], tuple[dict[str, Any], list[Tensor], list[dict[str, Any]]]] = {}
+    lazy = [o for o in optimizers if isinstance(o, LazyAdamW)]
+    for one in lazy:
+        for group in one.param_groups:
+            key = (group["lr"], tuple(group["betas"]), group["eps"], group["weight_decay"])
+            _, params, states = batches.setdefault(key, (group, [], []))
+            for p in group["params"]:
+                if p.grad is not None and not p.grad.is_sparse:
+                    params.append(p)
+                    states.append(one._state(p))
+    with torch.no_grad():
+        for group, params, states in batches.values():
+            _dense_adamw(group, params, states)
+    for lazy_opt in lazy:
+        lazy_opt.dense_done = True
+    for opt in optimizers:
+        opt.step()
 
 
 #: The most parameter values one multi-tensor AdamW call updates together (16 MiB of float32
@@ -246,4 +285,4 @@ def coalesced(grad: Tensor) -> Tensor:
     return grad.coalesce()
 
 
-__all__ = ["LazyAdamW", "adamw_rows", "coalesced"]
+__all__ = ["LazyAdamW", "adamw_rows", "coalesced", "step_together"]

@@ -112,11 +112,14 @@ def format_validation_error(exc: ValidationError, origin: str) -> str:
             message = clip_text(err["msg"].removeprefix("Value error, "))
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f"; got {describe(got)}"
-            # A section's own check ("ks must be ...") is shown at the key it names: eval.ks.
-            section = _model_at(loc)
-            named = message.split(" ", 1)[0]
-            if section is not None and named in section.model_fields:
-                key = ".".join([*(str(p) for p in loc), named])
+            # A section's own check ("ks must be ...") is shown at the key it names: eval.ks;
+            # so is a check across sections that names its dotted key ("eval.hard_negatives
+            # needs ...", "train.micro_batch_tokens: ...").
+            named = message.split(" ", 1)[0].rstrip(":").split(".")
+            section = _model_at([*loc, *named[:-1]])
+            if section is not None and named[-1] in section.model_fields:
+                key = ".".join([*(str(p) for p in loc), *named])
+                message = message.removeprefix(".".join(named) + ": ")
             lines.append(f"  {key}: {message}{shown}")
     shown_lines = lines[:_MAX_LISTED] + ([f"  ... and {len(lines) - _MAX_LISTED} more"]
                                          if len(lines) > _MAX_LISTED else [])

@@ -21,6 +21,7 @@ import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import torch
@@ -32,7 +33,7 @@ from crl import distributed
 from crl.errors import CrlError, CrlValueError
 from crl.losses import Objective
 from crl.models import DualEncoder
-from crl.train.lazy_adamw import coalesced
+from crl.train.lazy_adamw import coalesced, step_together
 
 PRECISIONS: dict[str, Callable[[torch.device], AbstractContextManager[Any]]] = {
     "fp32": lambda device: contextlib.nullcontext(),
@@ -201,28 +202,61 @@ def apply_gradients(objective: Objective, optimizer: Optimizer, scheduler: Lambd
     Raises:
         NonFiniteLossError: before any parameter changes, when the gradients are not finite.
     """
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    distributed.average_gradients(params)
-    max_norm = grad_clip if grad_clip is not None else float("inf")
-    norm = clip_gradients(params, max_norm)
-    if not bool(torch.isfinite(norm)):
-        raise NonFiniteLossError(f"the gradient norm is {float(norm)} at step {step + 1}")
-    logs["train/lr"] = float(optimizer.param_groups[0]["lr"])  # the rate of this step
-    optimizer.step()
-    scheduler.step()
-    objective.after_step()  # clamps the logit scale / learnable temperatures
-    logs["train/grad_norm"] = float(norm)
-    return logs
+    return apply_gradients_together([GradientUpdate(objective, optimizer, scheduler, logs,
+                                                    grad_clip, step)])[0]
+
+
+@dataclass(frozen=True)
+class GradientUpdate:
+    """One run's part of :func:`apply_gradients_together` (the arguments of
+    :func:`apply_gradients`)."""
+
+    objective: Objective
+    optimizer: Optimizer
+    scheduler: LambdaLR
+    logs: dict[str, float]
+    grad_clip: float | None
+    step: int
+
+
+def apply_gradients_together(updates: Sequence[GradientUpdate]) -> list[dict[str, float]]:
+    """:func:`apply_gradients` of several runs (a group's): each run's gradients averaged,
+    clipped and checked, then every optimiser stepped by
+    :func:`~crl.train.lazy_adamw.step_together` (the runs' dense AdamW updates in one call,
+    each value its own run's bit for bit), then each run's scheduler and logit-scale clamp.
+
+    Raises:
+        NonFiniteLossError: before any parameter of any run changes, when a run's gradients
+            are not finite.
+    """
+    norms = []
+    for u in updates:
+        params = [p for group in u.optimizer.param_groups for p in group["params"]]
+        distributed.average_gradients(params)
+        max_norm = u.grad_clip if u.grad_clip is not None else float("inf")
+        norm = clip_gradients(params, max_norm)
+        if not bool(torch.isfinite(norm)):
+            raise NonFiniteLossError(f"the gradient norm is {float(norm)} at step {u.step + 1}")
+        u.logs["train/lr"] = float(u.optimizer.param_groups[0]["lr"])  # the rate of this step
+        norms.append(norm)
+    step_together([u.optimizer for u in updates])
+    for u, norm in zip(updates, norms, strict=True):
+        u.scheduler.step()
+        u.objective.after_step()  # clamps the logit scale / learnable temperatures
+        u.logs["train/grad_norm"] = float(norm)
+    return [u.logs for u in updates]
 
 
 __all__ = [
     "PRECISIONS",
     "Embeddings",
+    "GradientUpdate",
     "Learner",
     "NonFiniteLossError",
     "Step",
     "StepLoss",
     "apply_gradients",
+    "apply_gradients_together",
     "batch_loss",
     "batch_to",
     "clip_gradients",

@@ -47,7 +47,12 @@ from crl.train.progress import TrainProgress
 from crl.train.resume import RunResult, open_run
 from crl.train.sampler import build_sampler
 from crl.train.smoothing import LossSmoother
-from crl.train.step import NonFiniteLossError, Step, apply_gradients
+from crl.train.step import (
+    GradientUpdate,
+    NonFiniteLossError,
+    Step,
+    apply_gradients_together,
+)
 from crl.train.steps.group import shared_inputs, update_group
 from crl.train.stop import check_stop
 from crl.train.timing import CheckpointClock, Spent, Stopwatch, time_fields
@@ -144,10 +149,18 @@ class TrainingRun:
 
     def update(self, loss: float, logs: dict[str, float]) -> None:
         """The optimiser step on the gradients a step strategy left (:func:`apply_gradients`),
-        and the step's log record (the raw loss and its smoothed values,
-        :mod:`crl.train.smoothing`)."""
-        logs = apply_gradients(self.built.objective, self.optimizer, self.scheduler, logs,
-                               grad_clip=self.config.optim.grad_clip, step=self.step)
+        and the step's log record (:meth:`record_update`)."""
+        self.record_update(loss, apply_gradients_together([self.gradient_update(logs)])[0])
+
+    def gradient_update(self, logs: dict[str, float]) -> GradientUpdate:
+        """This run's part of an update (:func:`apply_gradients_together`: a group's runs
+        step together)."""
+        return GradientUpdate(self.built.objective, self.optimizer, self.scheduler, logs,
+                              self.config.optim.grad_clip, self.step)
+
+    def record_update(self, loss: float, logs: dict[str, float]) -> None:
+        """After the update: the step counted and its log record (the raw loss and its
+        smoothed values, :mod:`crl.train.smoothing`)."""
         self.step += 1
         self.log = {"step": self.step, "epoch": self.epoch(self.step), "train/loss": loss,
                     **self.smoother.add(loss), **logs}

@@ -21,7 +21,15 @@ from torch import Tensor
 from crl.errors import CrlError
 from crl.models.bag_rows import shared_bag_rows
 from crl.train.checkpoint import rng_state, same_rng_state
-from crl.train.step import Learner, StepLoss, batch_loss, batch_to, global_value
+from crl.train.step import (
+    GradientUpdate,
+    Learner,
+    StepLoss,
+    apply_gradients_together,
+    batch_loss,
+    batch_to,
+    global_value,
+)
 
 
 class GroupingError(CrlError):
@@ -99,20 +107,26 @@ class GroupStep:
 
 
 class _Updated(Protocol):
-    def update(self, loss: float, logs: dict[str, float]) -> None: ...
+    def gradient_update(self, logs: dict[str, float]) -> GradientUpdate: ...
+
+    def record_update(self, loss: float, logs: dict[str, float]) -> None: ...
 
 
 def update_group(runs: Sequence[_Updated], losses: Sequence[StepLoss]) -> None:
-    """Each run's optimiser step (``run.update``), outside the runs' RNG streams: an update
-    draws no random numbers (checked once per step on the global torch, numpy and python
-    streams), and setting a run's stream costs more than a small model's update.
+    """Every run's optimiser step, together (:func:`~crl.train.step.apply_gradients_together`:
+    the runs' dense AdamW updates in one call, each run's values its own bit for bit), outside
+    the runs' RNG streams: an update draws no random numbers (checked once per step on the
+    global torch, numpy and python streams), and setting a run's stream costs more than a small
+    model's update.
 
     Raises:
         GroupingError: when an update drew (the runs then train one at a time).
     """
     before = rng_state()
-    for run, (loss, logs) in zip(runs, losses, strict=True):
-        run.update(loss, logs)
+    updated = apply_gradients_together([run.gradient_update(logs)
+                                        for run, (_, logs) in zip(runs, losses, strict=True)])
+    for run, (loss, _), logs in zip(runs, losses, updated, strict=True):
+        run.record_update(loss, logs)
     if not same_rng_state(before, rng_state()):
         raise GroupingError("grouped training: an optimiser step drew random numbers")
 
