@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from crl.experiments.negatives.arms import arm
 from crl.experiments.negatives.control import control_batch, control_result, control_text
-from crl.experiments.negatives.study import NegativesStudy, arm
+from crl.experiments.negatives.study import NegativesStudy
 from crl.experiments.negatives.tolerance import Tolerance
 from negatives_planted import arm_rows
 

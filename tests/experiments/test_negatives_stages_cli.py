@@ -13,8 +13,9 @@ import pytest
 from crl.errors import CrlValueError
 from crl.experiments.api import run_and_report
 from crl.experiments.negatives import NegativesStudy
-from crl.experiments.negatives import study as study_module
-from crl.experiments.negatives.verify import VERIFY_FILE, VerifyPlan
+from crl.experiments.negatives import verify as verify_module
+from crl.experiments.negatives.options import VERIFY_FILE
+from crl.experiments.negatives.verify import VerifyPlan
 from crl.experiments.results import read_results
 
 OPTIONS: dict[str, Any] = dict(
@@ -36,7 +37,7 @@ def test_epochs_control_and_an_interrupted_verify_stage(
         assert largest == 256 and seeds == (0,) and count == 3  # --verify-seeds reaches it
         return [PLAN]
 
-    monkeypatch.setattr(study_module, "plan_verify", plan)
+    monkeypatch.setattr(verify_module, "plan_verify", plan)  # the study imports it at use
     real = NegativesStudy.execute
 
     def interrupted(self: NegativesStudy, spec: Any, run_dir: Path, *, resume: bool) -> None:

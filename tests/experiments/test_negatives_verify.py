@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from crl.errors import CrlValueError
+from crl.experiments.negatives.arms import arm
 from crl.experiments.negatives.laws import Recommendation
-from crl.experiments.negatives.study import NegativesStudy, arm
+from crl.experiments.negatives.options import VERIFY_FILE, VERIFY_SEEDS
+from crl.experiments.negatives.study import NegativesStudy
 from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.verify import (
-    VERIFY_FILE,
-    VERIFY_SEEDS,
     VerifyPlan,
     plan_resolution_round,
     plan_second_round,

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crl.experiments.negatives.control import ControlResult, control_result
+from crl.experiments.negatives.options import VERIFY_FILE
 from crl.experiments.negatives.stats import REGIMES
-from crl.experiments.negatives.verify import VERIFY_FILE, VerifyResult, verify_result
+from crl.experiments.negatives.verify import VerifyResult, verify_result
 
 if TYPE_CHECKING:
     from crl.experiments.negatives.study import NegativesStudy

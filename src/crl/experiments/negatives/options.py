@@ -16,6 +16,15 @@ from crl.models.config import ModelKind
 #: (``--control``) unless told otherwise.
 VERIFY_PRESETS = ("full",)
 CONTROL_PRESETS = ("full",)
+#: The seeds a verify stage trains by default, whatever the grid's: the recommendation is read
+#: from these runs, and with 3 seeds an exact seed resample has 10 distinct draws, so the
+#: interval is little more than the spread of 3 values (the full preset's 3 seeds gave
+#: independent m* 5,966 [5,189, 6,909] where 4 seeds of the same runs and one more gave 4,734
+#: [4,256, 5,250]: docs/negatives.md, "The verify stage"). 5 seeds give 126; presets with
+#: fewer grid seeds than this then train the same seeds at the target n.
+VERIFY_SEEDS = 5
+#: Where a study directory keeps the verify stage's plan.
+VERIFY_FILE = "verify.json"
 
 
 class NegativesOptions(StudyOptions):

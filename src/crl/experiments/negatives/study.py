@@ -19,26 +19,19 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crl.errors import CrlValueError
 from crl.experiments.metrics import ir_key, metric_keys, metric_spec, with_study_metric
 from crl.experiments.negatives import grid as grids
-from crl.experiments.negatives.analysis import StudyFacts, build_analysis
-from crl.experiments.negatives.answer import answer
-from crl.experiments.negatives.arms import (
-    arm,
-    control_note,
-    control_results,
-    target_rows,
-    verify_note,
-    verify_results,
-)
-from crl.experiments.negatives.control import control_batch
-from crl.experiments.negatives.curves import curve_cells
 from crl.experiments.negatives.memory import embedding_dim
-from crl.experiments.negatives.options import CONTROL_PRESETS, VERIFY_PRESETS, NegativesOptions
-from crl.experiments.negatives.refine import plan_refinement
+from crl.experiments.negatives.options import (
+    CONTROL_PRESETS,
+    VERIFY_FILE,
+    VERIFY_PRESETS,
+    VERIFY_SEEDS,
+    NegativesOptions,
+)
 from crl.experiments.negatives.setup import (
     DATA_FILE,
     baseline_label,
@@ -49,18 +42,14 @@ from crl.experiments.negatives.setup import (
 from crl.experiments.negatives.stats import REGIMES
 from crl.experiments.negatives.tolerance import Tolerance
 from crl.experiments.negatives.userdata import fit_span, user_training
-from crl.experiments.negatives.verify import (
-    VERIFY_FILE,
-    VERIFY_SEEDS,
-    VerifyPlan,
-    VerifyResult,
-    plan_resolution_round,
-    plan_second_round,
-    plan_third_round,
-    plan_verify,
-)
 from crl.experiments.study import Analysis, RunSpec, Study
 from crl.rundir import read_json, write_json
+
+if TYPE_CHECKING:
+    from crl.experiments.negatives.verify import VerifyPlan, VerifyResult
+
+# The analysis (curves, laws, the verify stage's planning: scipy) is imported where it is used,
+# by the study's driver: a worker that unpickles the study to train its runs never loads it.
 
 FRACTIONS_FULL = grids.FRACTIONS_FULL
 #: The summary metric per data set when none is given: on digits the pairs are two augmented
@@ -196,6 +185,8 @@ class NegativesStudy(Study):
     @property
     def control_batch(self) -> int:
         """The control arm's batch size (:func:`~.control.control_batch`)."""
+        from crl.experiments.negatives.control import control_batch
+
         return control_batch(self.grid.batch(self.control_n))
 
     # -- the grid -------------------------------------------------------------------------
@@ -302,7 +293,12 @@ class NegativesStudy(Study):
         self.added = list(read_json(path).get("added", [])) if path.exists() else []
         path = study_dir / VERIFY_FILE
         saved = read_json(path) if path.exists() else {}
-        self.verify_plans = [VerifyPlan.from_dict(p) for p in saved.get("plans", [])]
+        if saved.get("plans"):
+            from crl.experiments.negatives.verify import VerifyPlan
+
+            self.verify_plans = [VerifyPlan.from_dict(p) for p in saved["plans"]]
+        else:
+            self.verify_plans = []
         self.second_round_planned = bool(saved.get("second_round_planned", False))
         self.third_round_planned = bool(saved.get("third_round_planned", False))
         self.resolution_round_planned = bool(saved.get("resolution_round_planned", False))
@@ -328,6 +324,8 @@ class NegativesStudy(Study):
         where the measured m around the reading there are more than
         :data:`~.refine.RESOLVED_STEP` apart its resolution round once; returns the number of
         new runs (0: no stage left)."""
+        from crl.experiments.negatives.arms import arm
+
         rows = self._with_metric(rows)
         main = [r for r in rows if arm(r) == "main"]
         return (self._refine_stage(main, study_dir) or self._plan_verify(main, study_dir)
@@ -338,6 +336,9 @@ class NegativesStudy(Study):
     def _plan_verify(self, main: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify or self.verify_plans:
             return 0
+        from crl.experiments.negatives.answer import answer
+        from crl.experiments.negatives.verify import plan_verify
+
         target = self._target(study_dir)
         result = answer(main, self.metric, self.spec.higher_is_better, self.tolerance, target)
         largest = max(1, round(max(self.grid.fractions) * target))
@@ -350,6 +351,8 @@ class NegativesStudy(Study):
     def _plan_second_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify_plans or self.second_round_planned:
             return 0
+        from crl.experiments.negatives.verify import plan_second_round
+
         added = self._plan_round(rows, study_dir, plan_second_round)
         self.second_round_planned = True
         self._write_verify(study_dir)
@@ -358,6 +361,8 @@ class NegativesStudy(Study):
     def _plan_third_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify_plans or self.third_round_planned:
             return 0
+        from crl.experiments.negatives.verify import plan_third_round
+
         added = self._plan_round(rows, study_dir, plan_third_round)
         self.third_round_planned = True
         self._write_verify(study_dir)
@@ -366,6 +371,8 @@ class NegativesStudy(Study):
     def _plan_resolution_round(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
         if not self.verify_plans or self.resolution_round_planned:
             return 0
+        from crl.experiments.negatives.verify import plan_resolution_round
+
         added = self._plan_round(rows, study_dir, plan_resolution_round)
         self.resolution_round_planned = True
         self._write_verify(study_dir)
@@ -374,6 +381,8 @@ class NegativesStudy(Study):
     def _plan_round(self, rows: list[dict[str, Any]], study_dir: Path,
                     planner: Callable[[VerifyResult], VerifyPlan]) -> int:
         """Replace each verify plan by ``planner`` of its result; the new runs' count."""
+        from crl.experiments.negatives.arms import verify_results
+
         known = {s.run_id for s in self.runs()}
         results = {v.plan: v for v in verify_results(self, rows)}
         self.verify_plans = [planner(results[p]) if p in results else p
@@ -388,6 +397,9 @@ class NegativesStudy(Study):
                                                  self.resolution_round_planned})
 
     def _refine_stage(self, rows: list[dict[str, Any]], study_dir: Path) -> int:
+        from crl.experiments.negatives.curves import curve_cells
+        from crl.experiments.negatives.refine import plan_refinement
+
         used = len(self.added)
         budget = self.grid.refine_runs - used
         stage = 1 + max((int(a["stage"]) for a in self.added), default=0)
@@ -425,6 +437,16 @@ class NegativesStudy(Study):
         return out
 
     def analyze(self, rows: list[dict[str, Any]], study_dir: Path) -> Analysis:
+        from crl.experiments.negatives.analysis import StudyFacts, build_analysis
+        from crl.experiments.negatives.arms import (
+            arm,
+            control_note,
+            control_results,
+            target_rows,
+            verify_note,
+            verify_results,
+        )
+
         rows = self._with_metric(rows)
         if not any(self.metric in r for r in rows):
             raise CrlValueError(f"study negatives: metric {self.metric!r} is not in the results; "

@@ -47,21 +47,14 @@ import numpy as np
 from crl.errors import CrlValueError
 from crl.experiments.negatives.curves import CurveCell, cell_tables, curve_cells
 from crl.experiments.negatives.laws import Recommendation
+from crl.experiments.negatives.options import VERIFY_SEEDS
 from crl.experiments.negatives.refine import RESOLVED_STEP
 from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
 
 #: The fewest seeds a verify stage may train (``--verify-seeds``).
 MIN_SEEDS = 3
-#: The seeds a verify stage trains by default, whatever the grid's: the recommendation is read
-#: from these runs, and with 3 seeds an exact seed resample has 10 distinct draws, so the
-#: interval is little more than the spread of 3 values (the full preset's 3 seeds gave
-#: independent m* 5,966 [5,189, 6,909] where 4 seeds of the same runs and one more gave 4,734
-#: [4,256, 5,250]: docs/negatives.md, "The verify stage"). 5 seeds give 126; presets with
-#: fewer grid seeds than this then train the same seeds at the target n.
-VERIFY_SEEDS = 5
 SECOND_ROUND_POINTS = 2
-VERIFY_FILE = "verify.json"
 
 
 @dataclass(frozen=True)
