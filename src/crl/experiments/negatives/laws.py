@@ -114,31 +114,11 @@ def _log_lik_grad(obs: Sequence[Observation], alpha: float, c: float,
 def _lik_grad(arrays: Arrays, alpha: float, c: float,
               tau: float) -> tuple[float, float, float, float]:
     """:func:`_log_lik_grad` of the observations' :func:`_arrays` (made once by an
-    optimisation that asks many times)."""
-    x, s, loc, y, low, high = arrays
-    k = len(x)
-    mu = c + alpha * x
-    sd = np.sqrt(s ** 2 + tau ** 2)
-    sd_loc = sd[loc]
-    z = (y[loc] - mu[loc]) / sd_loc
-    total = float((-0.5 * np.log(2 * math.pi * sd_loc ** 2) - 0.5 * z ** 2).sum())
-    d_mu = np.zeros(k)
-    d_sd = np.zeros(k)
-    d_mu[loc] = z / sd_loc
-    d_sd[loc] = (z ** 2 - 1) / sd_loc
-    cen = ~loc
-    if cen.any():
-        a, b = (low[cen] - mu[cen]) / sd[cen], (high[cen] - mu[cen]) / sd[cen]
-        log_p = _log_between(a, b)
-        total += float(log_p.sum())
-        # d log P: the normal densities at the bounds over P (0 at an open bound).
-        pa, pb = _density_over(a, log_p), _density_over(b, log_p)
-        d_mu[cen] = (pa - pb) / sd[cen]
-        za = np.where(np.isfinite(a), a, 0.0)
-        zb = np.where(np.isfinite(b), b, 0.0)
-        d_sd[cen] = (za * pa - zb * pb) / sd[cen]
-    d_tau = float((d_sd * tau / sd).sum())
-    return total, float((d_mu * x).sum()), float(d_mu.sum()), d_tau
+    optimisation that asks many times): the first derivatives of :func:`_curvatures`, chained
+    through ``mu = c + alpha x`` and ``sd = sqrt(s^2 + tau^2)``."""
+    total, d1, _, x, sd = _curvatures(arrays, alpha, c, tau, None)
+    d_mu, d_sd = d1
+    return total, float((d_mu * x).sum()), float(d_mu.sum()), float((d_sd * tau / sd).sum())
 
 
 def log_likelihood(obs: list[Observation], alpha: float, c: float, tau: float) -> float:
