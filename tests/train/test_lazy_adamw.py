@@ -4,6 +4,8 @@ formula (docs/training.md, section "Sparse embedding gradients")."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -147,13 +149,20 @@ def test_state_dict_round_trip_continues_as_one_run() -> None:
         param.grad = g
         opt.step()
     saved = opt.state_dict()
+    assert set(saved["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}  # AdamW's keys only
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
     param2 = torch.nn.Parameter(param.detach().clone())
     opt2 = LazyAdamW([param2], **HYPER)
-    opt2.load_state_dict(saved)
+    opt2.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
     for g in grads[3:]:
         param2.grad = g
         opt2.step()
     assert torch.equal(param2.detach(), whole)
+    adamw = torch.optim.AdamW([torch.nn.Parameter(param.detach().clone())], lr=HYPER["lr"])
+    adamw.load_state_dict(saved)  # the same layout as torch's AdamW
+    assert torch.equal(adamw.state_dict()["state"][0]["exp_avg_sq"],
+                       saved["state"][0]["exp_avg_sq"])
 
 
 def test_bad_hyperparameters_and_gradients_are_refused() -> None:

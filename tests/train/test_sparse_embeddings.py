@@ -18,7 +18,7 @@ from crl.train import validate_config
 from crl.train.build import build_optimizer, sparse_parameters, trainable
 from crl.train.config import OptimConfig
 from crl.train.lazy_adamw import LazyAdamW
-from crl.train.step import clip_gradients
+from crl.train.step import clip_gradients, clip_gradients_together
 
 VOCAB = 60
 TEXT = DataInfo("text", None, None, None, None, "pairs")
@@ -84,6 +84,43 @@ def test_clip_gradients_without_sparse_gradients_is_clip_grad_norm() -> None:
         p.grad, q.grad = g.clone(), g.clone()
     assert torch.equal(clip_gradients(params, 0.3), torch.nn.utils.clip_grad_norm_(copies, 0.3))
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(params, copies, strict=True))
+
+
+def _run_params(sparse: bool, seed: int) -> list[torch.nn.Parameter]:
+    """A bag and a head with the gradients of one backward pass (the bag's sparse or dense)."""
+    bag = _bag(sparse)
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(5, 4)
+    za, zb = head(bag(_ids(seed))), head(bag(_ids(seed + 1)))
+    ((za @ zb.T).logsumexp(dim=1) - (za * zb).sum(1)).mean().backward()
+    return [bag.bag.weight, *head.parameters()]
+
+
+@pytest.mark.parametrize("max_norms", [(float("inf"),) * 3, (1e-3, 1.0, float("inf"))])
+def test_clipping_a_group_together_is_each_run_clipped_alone_bit_for_bit(
+        max_norms: tuple[float, ...]) -> None:
+    kinds = (True, False, True)  # sparse, dense, sparse tables
+    alone = [_run_params(k, seed) for seed, k in enumerate(kinds)]
+    together = [_run_params(k, seed) for seed, k in enumerate(kinds)]
+    norms_alone = [clip_gradients(p, m) for p, m in zip(alone, max_norms, strict=True)]
+    norms = clip_gradients_together(together, max_norms)
+    for a, b in zip(norms_alone, norms, strict=True):
+        assert torch.equal(a, b)
+    for run_a, run_b in zip(alone, together, strict=True):
+        for p, q in zip(run_a, run_b, strict=True):
+            assert p.grad.is_sparse == q.grad.is_sparse
+            assert torch.equal(p.grad.to_dense(), q.grad.to_dense())
+    if max_norms[0] == 1e-3:  # the first run's clip bites (its norm is about 0.01)
+        assert float(norms[0]) > 1e-3
+        assert float(alone[0][1].grad.norm()) < float(norms[0])
+
+
+def test_clipping_together_falls_back_to_one_run_at_a_time_across_dtypes() -> None:
+    runs = [[torch.nn.Parameter(torch.zeros(3))], [torch.nn.Parameter(torch.zeros(3,
+                                                                                  dtype=torch.float64))]]
+    runs[0][0].grad = torch.tensor([3.0, 4.0, 0.0])
+    runs[1][0].grad = torch.tensor([0.0, 6.0, 8.0], dtype=torch.float64)
+    assert [float(n) for n in clip_gradients_together(runs, [float("inf")] * 2)] == [5.0, 10.0]
 
 
 def test_a_non_finite_sparse_gradient_gives_a_non_finite_norm() -> None:

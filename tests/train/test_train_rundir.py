@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crl import __version__
 from crl.errors import CrlError, CrlValueError
@@ -17,6 +20,7 @@ from crl.rundir import (
     rewrite_jsonl,
     write_json,
 )
+from crl.rundir.files import as_written, json_text
 from crl.train.checkpoint import CHECKPOINT_KEYS, load_checkpoint, save_checkpoint
 
 
@@ -63,6 +67,28 @@ def test_json_writes_nan_as_null_and_reads_back(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(CrlValueError, match="JSON object"):
         read_json(tmp_path / "bad.json")
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(),
+                    st.text(max_size=5))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner),
+    st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    st.dictionaries(st.integers(-5, 5), inner, max_size=3)), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=4), _VALUES, max_size=5))
+def test_json_text_reads_back_as_json_dumps_writes(data: dict) -> None:
+    """The one-line lists of :func:`json_text` change the layout, not the value: it reads back
+    as ``json.dumps(indent=2, sort_keys=True)`` of the cleaned value (NaN/Inf as null)."""
+    assert json.loads(json_text(data)) == as_written(data)
+
+
+def test_json_text_keeps_long_lists_of_numbers_on_one_line() -> None:
+    text = json_text({"split": {"test": list(range(4000)), "how": "drawn"}, "x": [{"a": 1}]})
+    assert len(text.splitlines()) == 11 and '"test": [0, 1, 2,' in text
+    assert json.loads(text)["split"]["test"] == list(range(4000))
 
 
 def test_jsonl_reader(tmp_path: Path) -> None:

@@ -186,9 +186,67 @@ def as_written(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented JSON, atomically."""
-    text = json.dumps(_clean(data), indent=2, sort_keys=True) + "\n"
+    """Write ``data`` as indented JSON (:func:`json_text`), atomically."""
+    text = json_text(data) + "\n"
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON with sorted keys and NaN/Inf as null, a list of scalars
+    (numbers, strings, booleans, nulls) on one line: ``json.dumps(value, indent=2,
+    sort_keys=True)`` puts each number of a split's 4,000 row indices on a line of its own, and
+    its indenting encoder is pure Python, 10x slower than the one-line C encoder used for such
+    lists here. The same value as :func:`json.dumps` writes, read back.
+
+    Example:
+        >>> print(json_text({"b": [1, 2.5, float("nan")], "a": {"x": [{"y": None}]}}))
+        {
+          "a": {
+            "x": [
+              {
+                "y": null
+              }
+            ]
+          },
+          "b": [1, 2.5, null]
+        }
+    """
+    return _render(value, "")
+
+
+def _render(value: Any, pad: str) -> str:
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        inner = pad + "  "
+        items = sorted(value.items())  # json.dumps(sort_keys=True)'s order, its errors too
+        return "{\n" + ",\n".join(f"{inner}{json.dumps(_key(k))}: {_render(v, inner)}"
+                                  for k, v in items) + "\n" + pad + "}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        if all(isinstance(v, _SCALARS) for v in value):
+            try:
+                return json.dumps(value, allow_nan=False)
+            except ValueError:  # NaN or Inf among them
+                return json.dumps(_clean(value))
+        inner = pad + "  "
+        return "[\n" + ",\n".join(inner + _render(v, inner) for v in value) + "\n" + pad + "]"
+    return json.dumps(_clean(value))
+
+
+def _key(key: Any) -> str:
+    """A dict key as JSON writes it: a string as it is, a number, boolean or None converted."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool) or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, (int, float)):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def _text(path: Path) -> str:

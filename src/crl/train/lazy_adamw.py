@@ -118,8 +118,11 @@ class LazyAdamW(Optimizer):
         _undecorated(Optimizer.zero_grad)(self, set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
-        """:meth:`torch.optim.Optimizer.state_dict`."""
+        """:meth:`torch.optim.Optimizer.state_dict` (AdamW's keys: the joined moments of a
+        sparse parameter appear as its ``exp_avg`` and ``exp_avg_sq``, views of one storage)."""
         out: dict[str, Any] = _undecorated(Optimizer.state_dict)(self)
+        out["state"] = {k: {name: v for name, v in state.items() if name != _JOINED}
+                        for k, state in out["state"].items()}
         return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -174,17 +177,36 @@ class LazyAdamW(Optimizer):
                                 f"{grad.sparse_dim()} for a parameter of shape {tuple(p.shape)}")
         state = self._state(p)
         state["step"] += 1
+        moments = _joined_moments(state)  # (2, V, d): exp_avg, exp_avg_sq
         rows = grad.indices()[0]  # (K,)
         param = p.index_select(0, rows)  # (K, d): copies, written back below
-        exp_avg = state["exp_avg"].index_select(0, rows)
-        exp_avg_sq = state["exp_avg_sq"].index_select(0, rows)
+        picked = moments.index_select(1, rows)  # (2, K, d): both moments' rows in one copy
         beta1, beta2 = group["betas"]
-        adamw_rows(param, exp_avg, exp_avg_sq, grad.values(), step=float(state["step"]),
+        adamw_rows(param, picked[0], picked[1], grad.values(), step=float(state["step"]),
                    lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                    weight_decay=group["weight_decay"])
         p.index_copy_(0, rows, param)
-        state["exp_avg"].index_copy_(0, rows, exp_avg)
-        state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
+        moments.index_copy_(1, rows, picked)
+
+
+def _joined_moments(state: dict[str, Any]) -> Tensor:
+    """The two moments of a sparse parameter's ``state`` as one ``(2, *shape)`` tensor whose
+    ``[0]`` and ``[1]`` are ``state["exp_avg"]`` and ``state["exp_avg_sq"]`` (views), so that a
+    step gathers and scatters both moments' rows in one call each. Joined on first use and again
+    whenever the state's tensors were replaced (``load_state_dict``); the values never change,
+    and ``state_dict`` holds the same two tensors as AdamW's (views of one storage)."""
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    joined = state.get(_JOINED)
+    if joined is None or joined[0].data_ptr() != exp_avg.data_ptr() \
+            or joined[1].data_ptr() != exp_avg_sq.data_ptr() or joined.shape[1:] != exp_avg.shape:
+        joined = torch.stack([exp_avg, exp_avg_sq])
+        state["exp_avg"], state["exp_avg_sq"] = joined[0], joined[1]
+        state[_JOINED] = joined
+    return joined
+
+
+#: The state key of :func:`_joined_moments`' tensor (left out of :meth:`LazyAdamW.state_dict`).
+_JOINED = "_moments"
 
 
 def _dense_adamw(group: dict[str, Any], params: list[Tensor],

@@ -192,6 +192,42 @@ def clip_gradients(params: Sequence[Tensor], max_norm: float) -> Tensor:
     return norm
 
 
+def clip_gradients_together(param_lists: Sequence[Sequence[Tensor]],
+                            max_norms: Sequence[float]) -> list[Tensor]:
+    """:func:`clip_gradients` of several runs' parameters (a group's, ``param_lists[g]`` with
+    ``max_norms[g]``): every tensor's norm in one ``torch._foreach_norm`` call, then each run's
+    global norm and scale. Each run's norm and clipped gradients are what
+    :func:`clip_gradients` gives it alone, bit for bit: ``clip_grad_norm_`` too takes one
+    ``_foreach_norm`` of a run's gradients (per tensor, so a longer list changes no value)
+    and the norm of their stack. Runs whose gradients span devices or dtypes are clipped one
+    by one.
+
+    Returns:
+        Each run's global gradient norm, a 0-dim tensor.
+    """
+    grads_of: list[list[Tensor]] = []
+    for params in param_lists:
+        for p in params:
+            if p.grad is not None and p.grad.is_sparse:
+                p.grad = coalesced(p.grad)
+        grads_of.append([p.grad.values() if p.grad.is_sparse else p.grad for p in params
+                         if p.grad is not None])
+    flat = [g for grads in grads_of for g in grads]
+    if not flat or len({(g.device, g.dtype) for g in flat}) != 1 or any(not g for g in grads_of):
+        return [clip_gradients(params, max_norm)
+                for params, max_norm in zip(param_lists, max_norms, strict=True)]
+    per_tensor = list(torch._foreach_norm(flat, 2.0))
+    norms = []
+    start = 0
+    for grads, max_norm in zip(grads_of, max_norms, strict=True):
+        norm = torch.linalg.vector_norm(torch.stack(per_tensor[start:start + len(grads)]), 2.0)
+        start += len(grads)
+        if math.isfinite(max_norm):  # clip_grad_norm_'s scale (min(1, max / (norm + 1e-6)))
+            torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        norms.append(norm)
+    return norms
+
+
 def apply_gradients(objective: Objective, optimizer: Optimizer, scheduler: LambdaLR,
                     logs: dict[str, float], *, grad_clip: float | None,
                     step: int) -> dict[str, float]:
@@ -229,21 +265,23 @@ def apply_gradients_together(updates: Sequence[GradientUpdate]) -> list[dict[str
         NonFiniteLossError: before any parameter of any run changes, when a run's gradients
             are not finite.
     """
-    norms = []
-    for u in updates:
-        params = [p for group in u.optimizer.param_groups for p in group["params"]]
+    param_lists = [[p for group in u.optimizer.param_groups for p in group["params"]]
+                   for u in updates]
+    for params in param_lists:
         distributed.average_gradients(params)
-        max_norm = u.grad_clip if u.grad_clip is not None else float("inf")
-        norm = clip_gradients(params, max_norm)
-        if not bool(torch.isfinite(norm)):
-            raise NonFiniteLossError(f"the gradient norm is {float(norm)} at step {u.step + 1}")
+    norms = clip_gradients_together(
+        param_lists, [u.grad_clip if u.grad_clip is not None else math.inf for u in updates])
+    values = torch.stack(norms).tolist()  # one read of every run's norm
+    for u, value in zip(updates, values, strict=True):
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"the gradient norm is {value} at step {u.step + 1}")
+    for u in updates:
         u.logs["train/lr"] = float(u.optimizer.param_groups[0]["lr"])  # the rate of this step
-        norms.append(norm)
     step_together([u.optimizer for u in updates])
-    for u, norm in zip(updates, norms, strict=True):
+    for u, value in zip(updates, values, strict=True):
         u.scheduler.step()
         u.objective.after_step()  # clamps the logit scale / learnable temperatures
-        u.logs["train/grad_norm"] = float(norm)
+        u.logs["train/grad_norm"] = value
     return [u.logs for u in updates]
 
 
@@ -260,6 +298,7 @@ __all__ = [
     "batch_loss",
     "batch_to",
     "clip_gradients",
+    "clip_gradients_together",
     "embed",
     "global_value",
     "split_batch",

@@ -73,9 +73,12 @@ class Answer:
 
 
 def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: int,
-                      targets: Sequence[CurveCell] = ()) -> Answer:
+                      targets: Sequence[CurveCell] = (), *, checks: bool = True) -> Answer:
     """The :class:`Answer` from already estimated ``cells`` and, where the verify stage ran,
-    the ``targets`` it measured at ``target_n`` (module docstring).
+    the ``targets`` it measured at ``target_n`` (module docstring). ``checks=False`` leaves out
+    the laws without their censored cells and the backtests (``laws_located`` and
+    ``backtests`` empty): what the tolerance sensitivity's other tolerances need no more than
+    the cells, laws, verdicts and recommendations.
 
     Raises:
         ValueError: when a target cell is not at ``target_n``.
@@ -85,12 +88,12 @@ def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: in
                          f"{sorted({t.n for t in targets})}")
     regimes = [r for r in REGIMES if any(c.regime == r for c in cells)]
     laws = {r: fit_law(cells, r) for r in regimes}
-    located = {r: fit_law(cells, r, with_censored=False) for r in regimes}
+    located = {r: fit_law(cells, r, with_censored=False) for r in regimes} if checks else {}
     recs = {r: recommend(laws[r], cells, target_n) for r in regimes}
     measured = {t.regime: t for t in targets if t.regime in recs}
     recs = {r: measured_at_target(measured[r], rec) if r in measured else rec
             for r, rec in recs.items()}
-    tests = {r: b for r in regimes if (b := backtest(cells, r)) is not None}
+    tests = {r: b for r in regimes if checks and (b := backtest(cells, r)) is not None}
     verdicts = {r: regime_verdict(laws[r]) for r in regimes}
     if len(regimes) == 2:
         verdicts["shared - independent"] = difference_verdict(laws["shared"],
@@ -101,13 +104,14 @@ def answer_from_cells(cells: list[CurveCell], tolerance: Tolerance, target_n: in
 
 def answer(rows: list[dict[str, Any]], metric: str, higher: bool, tolerance: Tolerance,
            target_n: int, *, seed: int = 0,
-           target_rows: Sequence[dict[str, Any]] = ()) -> Answer:
+           target_rows: Sequence[dict[str, Any]] = (), checks: bool = True) -> Answer:
     """The :class:`Answer` of ``rows`` (each with ``regime``, ``n``, ``m``, ``seed`` and
     ``metric``) at ``tolerance`` for ``target_n``; ``target_rows`` are the verify stage's
-    finished runs at ``target_n`` (read as target cells)."""
+    finished runs at ``target_n`` (read as target cells); ``checks`` as in
+    :func:`answer_from_cells`."""
     cells = curve_cells(rows, metric, higher, tolerance, seed=seed)
     targets = curve_cells(list(target_rows), metric, higher, tolerance, seed=seed)
-    return answer_from_cells(cells, tolerance, target_n, targets)
+    return answer_from_cells(cells, tolerance, target_n, targets, checks=checks)
 
 
 def tolerance_sensitivity(rows: list[dict[str, Any]], metric: str, higher: bool,
@@ -116,6 +120,7 @@ def tolerance_sensitivity(rows: list[dict[str, Any]], metric: str, higher: bool,
                           target_rows: Sequence[dict[str, Any]] = ()) -> list[Answer]:
     """One :class:`Answer` per ``factor * tolerance`` (half, the chosen and twice the
     tolerance by default): m* per cell, alpha and the recommendation at each (the target
-    cells re-read at each tolerance too)."""
+    cells re-read at each tolerance too); the laws without censored cells and the backtests
+    at the chosen tolerance (factor 1) only."""
     return [answer(rows, metric, higher, tolerance.scaled(f), target_n, seed=seed,
-                   target_rows=target_rows) for f in factors]
+                   target_rows=target_rows, checks=f == 1.0) for f in factors]
