@@ -198,3 +198,18 @@ def test_two_verify_stages_are_read_as_one_sample(tmp_path: Path) -> None:
     (b / "results.csv").unlink()
     assert all(r.pooled == "not pooled: a study directory has no results.csv"
                for r in compare_studies(a, b).regimes)
+
+
+def test_the_committed_quick_and_full_presets_agree_at_the_same_budget() -> None:
+    """docs/results/negatives-quick-200k (the quick grid at the full preset's budget) and
+    docs/results/negatives-full: measured at the target n, each regime's m within the other's
+    interval; the runs both verify stages trained, read as one cell, hold both m."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results"
+    result = compare_studies(docs / "negatives-quick-200k", docs / "negatives-full")
+    assert not result.mismatches
+    assert {r.regime: r.verdict for r in result.regimes} == {"shared": "agree",
+                                                             "independent": "agree"}
+    for r in result.regimes:
+        assert r.pooled.endswith("which holds both m"), r.pooled
+        for (m, low, high), (other, _, _) in ((r.a, r.b), (r.b, r.a)):
+            assert m is not None and other is not None and low <= other <= high

@@ -179,3 +179,37 @@ def test_where_to_refine_picks_the_widest_cell_and_pairs_seeds() -> None:
     lo = widest.lower if plan.cause != "grid step" else 0
     assert all(lo <= m <= max(widest.upper, 1280) and m not in MS for m in plan.ms)
     assert plan.width_log == pytest.approx(widest.width_log)
+
+
+def _two_speed(ms: list[float], n: int) -> np.ndarray:
+    """A rise that is steep at small m and creeps near the top (not one saturating form)."""
+    x = np.log(n / np.asarray(ms))
+    return 0.40 - 0.004 * x - 0.05 * np.maximum(x - 1.5, 0.0) ** 2
+
+
+def test_a_grid_dense_around_m_star_is_read_on_its_means_whatever_lies_below() -> None:
+    """Swept m at most 1.25x apart around m*: the isotonic reading, which depends only on the
+    means near m*, so a second study that also swept m far below reads the same m*
+    (the quick and full presets' verify stages: docs/negatives.md, "The statistics")."""
+    n = 16_000
+    near = [1600.0, 2000, 2400, 2900, 3500, 4200, 5000, 6000, 16_000]
+    far = [50.0, 100, 200, 400, 800]
+    rng = np.random.default_rng(0)
+    table = _two_speed(near, n)[None, :] + rng.normal(0, 0.003, (4, len(near)))
+    low = _two_speed(far, n)[None, :] + rng.normal(0, 0.003, (4, len(far)))
+    dense = _cell(table, n=n, ms=near)
+    assert dense.method == "isotonic" and "at most 1.25x" in dense.method_reason
+    assert dense.lack_of_fit is not None  # the saturating form's test is still reported
+    assert dense.status == "located" and dense.m_star is not None
+    assert 2400 < dense.m_star < 3500 and dense.resolution <= curves.RESOLVED_STEP
+    wide = _cell(np.hstack([low, table]), n=n, ms=far + near)
+    assert wide.method == "isotonic" and wide.m_star == pytest.approx(dense.m_star, rel=1e-12)
+
+
+def test_a_coarse_grid_keeps_the_saturating_form_between_its_steps() -> None:
+    """Doubling steps around m*: the isotonic fit would interpolate across a factor of 2, so
+    the saturating form reads between them where it fits (as before)."""
+    table = planted_table(MS, 230.0, seeds=5, noise=0.001, rng=np.random.default_rng(4),
+                          seed_spread=0.1)
+    method, why, test = curves.choose_reading(table, np.array(MS), 1280, Tolerance(0.01))
+    assert (method, test is not None) == ("saturating", True) and "fits" in why

@@ -54,6 +54,11 @@ from crl.experiments.negatives.tolerance import Tolerance
 #: The saturating form is used when its lack-of-fit p-value is at least this.
 LACK_OF_FIT_P = 0.05
 
+#: A located cell whose swept m around m* are at most this ratio apart is resolved by its grid
+#: (+-11% about the step's geometric middle): m* is read on the measured means there
+#: (:func:`choose_reading`), and the refinement gives it no more m (:mod:`.refine`).
+RESOLVED_STEP = 1.25
+
 
 @dataclass(frozen=True)
 class Reading:
@@ -198,6 +203,27 @@ def choose_curve(table: FloatArray, ms: FloatArray) -> tuple[str, str, LackOfFit
     return "saturating", f"the saturating form fits (lack-of-fit p = {test.p_value:.3g})", test
 
 
+def choose_reading(table: FloatArray, ms: FloatArray, n: int, tolerance: Tolerance
+                   ) -> tuple[str, str, LackOfFit | None]:
+    """``(method, reason, test)`` for reading m* from ``table`` ``(S, M)`` at ``ms`` in a cell
+    with ``n`` anchors: the isotonic fit where its pooled reading is located between swept m at
+    most :data:`RESOLVED_STEP` apart (the measured means bracket m* on their own, and a fitted form
+    would only add the dependence of its shape on the m far from m*), otherwise
+    :func:`choose_curve`'s choice. ``test`` is the saturating form's lack-of-fit test either
+    way."""
+    method, why, test = choose_curve(table, ms)
+    if method == "isotonic":
+        return method, why, test
+    means, weights = _columns(table)
+    grid = tuple(float(m) for m in ms)
+    reading = read_m_star(isotonic(ms, means, weights), grid, n, tolerance)
+    step = _resolution(grid, reading)
+    if reading.status == "located" and step <= RESOLVED_STEP:
+        return "isotonic", (f"the swept m around m* are {step:.3g}x apart (at most "
+                            f"{RESOLVED_STEP:.3g}x): read on the measured means; {why}"), test
+    return method, why, test
+
+
 def _reading(table: FloatArray, ms: FloatArray, n: int, method: str,
              tolerance: Tolerance) -> Reading:
     """The reading of ``table`` ``(S', M)`` (columns without runs dropped)."""
@@ -263,7 +289,7 @@ def estimate_curve_cell(regime: str, n: int, ms: tuple[float, ...], seeds: tuple
         raise ValueError(f"estimate_curve_cell: need >= 2 swept m for ({regime}, {n}); got "
                          f"{list(ms)}")
     grid = np.asarray(ms, dtype=np.float64)
-    method, why, test = choose_curve(table, grid)
+    method, why, test = choose_reading(table, grid, n, tolerance)
     means, weights = _columns(table)
     curve = _fit(method, grid, means, weights)
     pooled = read_m_star(curve, ms, n, tolerance)

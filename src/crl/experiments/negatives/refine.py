@@ -20,11 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from crl.experiments.negatives.curves import RESOLVED_STEP as RESOLVED_STEP
 from crl.experiments.negatives.curves import CurveCell, where_to_refine
-
-#: A located cell whose grid step around m* is at most this ratio gets no more m (module
-#: docstring): a factor of 1.25 is +-11% about its geometric middle.
-RESOLVED_STEP = 1.25
 
 
 @dataclass(frozen=True)

@@ -383,8 +383,9 @@ def verify_text(r: VerifyResult, metric: str, higher: bool) -> str:
     scores = ", ".join(f"m = {m:,}: {sign * v:.3f}" for m, v in zip(r.ms, r.means, strict=True))
     return (f"Measured at n = {r.plan.target_n:,} (the verify stage, {len(r.seeds)} seeds): "
             f"{metric} {scores}. The best is m = {r.best_m:,}; m_rec = {r.plan.m_rec:,} (the "
-            f"prediction, from the {r.plan.source}) is {r.difference:.3f} below it, paired over "
-            f"seeds [{r.interval[0]:.3f}, {r.interval[1]:.3f}] ({r.num_resamples} "
+            f"grid's prediction the stage was planned with, from the {r.plan.source}) is "
+            f"{r.difference:.3f} below it, paired over seeds [{r.interval[0]:.3f}, "
+            f"{r.interval[1]:.3f}] ({r.num_resamples} "
             f"{'exact' if r.exact else 'random'} seed resamples), against the tolerance "
             f"{r.tolerance_points:.3g}: {r.verdict}. " + measured_text(r))
 
