@@ -40,6 +40,13 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _default_sigint() -> None:
+    """In the child before it runs Python: SIGINT back to its default disposition, which a
+    shell's background job (``pytest ... &``, nohup) inherits as ignored; Python then installs
+    its own handler, as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not condition():
@@ -67,6 +74,7 @@ def test_a_signal_to_the_main_process_cancels_queued_tasks_and_ends_the_workers(
     code = ("import sys; from pathlib import Path; import interrupt_tasks; "
             "sys.exit(interrupt_tasks.main(Path(sys.argv[1]), 6, 60.0))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=_env(),
+                            preexec_fn=_default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: len(list(tmp_path.glob("started-*"))) == 2, proc)
     workers = [int(p.read_text()) for p in tmp_path.glob("started-*")]
@@ -139,7 +147,8 @@ def test_sigint_to_a_study_stops_it_and_a_rerun_ends_as_an_uninterrupted_study(
     out = tmp_path / "out"
     study_dir = out / "negatives"
     command = [sys.executable, "-m", "crl", *STUDY, "--workers", "2", "--out", str(out)]
-    proc = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(command, env=_env(), preexec_fn=_default_sigint,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     _wait_for(lambda: _count(study_dir, "summary.json") >= 1, proc)
     started, finished = _count(study_dir, "spec.json"), _count(study_dir, "summary.json")

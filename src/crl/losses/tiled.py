@@ -45,10 +45,14 @@ BlockSize = int | Literal["plain"] | None
 #: What :func:`decide_tiles` decided: ``"plain"`` (the ``(h, W)`` logits built whole) or the side
 #: ``T`` of the ``T x T`` tiles they are visited in.
 Tiles = int | Literal["plain"]
-#: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (192 MiB in float32):
-#: the ``(T, D) @ (D, T)`` products run at full speed and there are few tiles, so few thread-pool
-#: synchronisations; on 2 shared CPU cores 4096 ran 1.3-1.9x faster than 2048 at B = 16,384.
-DEFAULT_BLOCK_SIZE = 4096
+#: Tile side used when ``block_size`` is None. Three ``(T, T)`` buffers (12 MiB in float32), so a
+#: tile's element-wise passes run in the CPU's caches while its ``(T, D) @ (D, T)`` product still
+#: runs at the full product's rate (profiled at B = 16,384: the products 94% of the time).
+#: Measured (``crl bench loss --dtype bf16 --block-size T``, B = 16,384, D = 256, 2 cores, each
+#: run a fresh process, 2026-12-06; benchmarks/results/loss_bf16_block_sweep.json): float32 at a
+#: median 88% of the 4096² product with T = 1024 (9 runs, 83-92%) against 83% with 4096 (3 runs)
+#: and 86% with 2048; bfloat16 at a median 54% of its product with 1024 against 50% with 4096.
+DEFAULT_BLOCK_SIZE = 1024
 #: ``block_size=None`` builds the plain scores up to this batch size (``h * W <=
 #: PLAIN_MAX_BATCH²``) and uses tiles above it (measured: tiles win from about ``B = 2048`` on
 #: CPU); read by :func:`decide_tiles` at each call.
