@@ -50,7 +50,7 @@ PLAIN_BYTES_PER_ENTRY = {"open_clip": 4 * 4, "plain": 6 * 4}
 MEMORY_MARGIN = 3 * GIB
 #: Keys of a worker's loss result kept in a row's entry, and those of its float64 reference.
 _MEASURED = ("seconds", "times", "cpu_seconds", "loss", "grad_norm", "grad_dtype", "scale_grad",
-             "loadavg_1min_start_end")
+             "loadavg_1min_start_end", "matmul_gflops_same_process")
 _REFERENCE = ("float64_loss", "loss_rel_diff_vs_float64", "grad_cosine_vs_float64",
               "scale_grad_rel_diff_vs_float64")
 
@@ -110,13 +110,15 @@ def _dtypes(suite: LossSuite) -> list[str]:
 
 
 def _loss_task(suite: LossSuite, entry: Entry, batch: int, dim: int, block_size: int | None,
-               quick: bool) -> dict[str, Any]:
+               quick: bool, matmul_n: int) -> dict[str, Any]:
+    """One loss process; outside ``quick`` it also measures the ``matmul_n`` product's rate
+    before and after its timing (``fraction_of_same_process_matmul``)."""
     repeated = suite.repeated_up_to is None or batch <= suite.repeated_up_to
     repeats, warmup = (3, 1) if repeated and not quick else (1, 0)
     return {"kind": "loss", "name": f"{entry.impl} {entry.dtype} B={batch}", "key": entry.key,
             "impl": entry.impl, "batch": batch, "dim": dim, "dtype": entry.dtype,
             "block_size": block_size, "repeats": repeats, "warmup": warmup,
-            "reference": entry.reference}
+            "reference": entry.reference, "matmul_n": None if quick else matmul_n}
 
 
 def _matmul_tasks(suite: LossSuite, n: int, quick: bool) -> list[dict[str, Any]]:
@@ -173,7 +175,7 @@ def run_loss_benchmark(
         dim, matmul_n = min(dim, 32), 256
     sizes = list(batch_sizes or (QUICK_BATCH_SIZES if quick else suite.batch_sizes))
     before = machine_state()
-    planned = [(entry, _loss_task(suite, entry, batch, dim, block_size, quick))
+    planned = [(entry, _loss_task(suite, entry, batch, dim, block_size, quick, matmul_n))
                for batch in sizes for entry in suite.entries]
     skipped: dict[tuple[int, str], str] = {}
     if quick:
@@ -240,6 +242,10 @@ def _row(suite: LossSuite, batch: int, dim: int, results: list[dict[str, Any]],
         entry["gflops"] = round(flops / res["seconds"] / 1e9, 2)
         entry["fraction_of_matmul"] = round(flops / res["seconds"] / 1e9 / gflops[res["dtype"]],
                                             4)
+        own = res.get("matmul_gflops_same_process")
+        if own:  # the faster of the products measured just before and after, in its process
+            entry["fraction_of_same_process_matmul"] = round(
+                flops / res["seconds"] / 1e9 / max(own), 4)
         entry.update({key: res[key] for key in _REFERENCE if key in res})
         row[res["key"]] = entry
     for (size, key), reason in skipped.items():

@@ -50,8 +50,8 @@ Tiles = int | Literal["plain"]
 #: runs at the full product's rate (profiled at B = 16,384: the products 94% of the time).
 #: Measured (``crl bench loss --dtype bf16 --block-size T``, B = 16,384, D = 256, 2 cores, each
 #: run a fresh process, 2026-12-06; benchmarks/results/loss_bf16_block_sweep.json): float32 at a
-#: median 88% of the 4096² product with T = 1024 (9 runs, 83-92%) against 83% with 4096 (3 runs)
-#: and 86% with 2048; bfloat16 at a median 54% of its product with 1024 against 50% with 4096.
+#: median 88% of the 4096² product with T = 1024 (14 runs, 83-92%) against 83% with 4096 (3 runs)
+#: and 86% with 2048; bfloat16 at a median 55% of its product with 1024 against 50% with 4096.
 DEFAULT_BLOCK_SIZE = 1024
 #: ``block_size=None`` builds the plain scores up to this batch size (``h * W <=
 #: PLAIN_MAX_BATCH²``) and uses tiles above it (measured: tiles win from about ``B = 2048`` on
