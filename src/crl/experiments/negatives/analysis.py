@@ -17,6 +17,7 @@ from crl.experiments.metrics import MetricSpec
 from crl.experiments.negatives import tables, text
 from crl.experiments.negatives.answer import FACTORS, Answer, tolerance_sensitivity
 from crl.experiments.negatives.control import ControlResult, control_text
+from crl.experiments.negatives.curves import RESOLVED_STEP
 from crl.experiments.negatives.fragment import (
     answer_section,
     closing_text,
@@ -24,7 +25,6 @@ from crl.experiments.negatives.fragment import (
     in_batch_fragment,
 )
 from crl.experiments.negatives.grid import Grid
-from crl.experiments.negatives.refine import RESOLVED_STEP
 from crl.experiments.negatives.setup import UNTRAINED
 from crl.experiments.negatives.theory import theory_check, theory_text
 from crl.experiments.negatives.tolerance import Tolerance

@@ -8,9 +8,9 @@ the same seeds for both regimes (every seed any cell has, so the regimes stay pa
 cell whole or not at all, until the run budget is spent. Planning is a pure function of the
 cells.
 
-A located cell whose swept m around m* are already at most :data:`RESOLVED_STEP` apart is
-resolved: the grid is no longer what limits it, and more m inside an interval the seeds
-disagree over cannot narrow it (only more seeds could). In the full preset's first run, the
+A located cell whose swept m around m* are already at most :data:`~.curves.RESOLVED_STEP`
+apart is resolved: the grid is no longer what limits it, and more m inside an interval the
+seeds disagree over cannot narrow it (only more seeds could). In the full preset's first run, the
 second and third stages spent 105 of their 123 runs on such cells (steps of 1.04 to 1.23
 around m*), and the seed-noise cell at n = 1,000 widened from 0.83 to 0.97 in log m over its
 two later stages. Censored cells are never resolved.
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crl.experiments.negatives.curves import RESOLVED_STEP as RESOLVED_STEP
-from crl.experiments.negatives.curves import CurveCell, where_to_refine
+from crl.experiments.negatives.curves import RESOLVED_STEP, CurveCell, where_to_refine
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,7 @@ class NegativesStudy(Study):
         verify stage once, where it finds ``m_rec`` not within the tolerance its second round
         once, where the runs at the target n then only bound m* its third round once, and
         where the measured m around the reading there are more than
-        :data:`~.refine.RESOLVED_STEP` apart its resolution round once; returns the number of
+        :data:`~.curves.RESOLVED_STEP` apart its resolution round once; returns the number of
         new runs (0: no stage left)."""
         from crl.experiments.negatives.arms import arm
 

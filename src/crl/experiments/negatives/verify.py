@@ -31,7 +31,7 @@ m inside those bounds, so the answer at the target n is located rather than boun
 :attr:`VerifyResult.measured_m`, the smallest measured m whose mean is within the tolerance of
 the best, with the step below it (``below_m``), is what the second round brackets. Where
 the reading is located but the measured m around it are more than
-:data:`~.refine.RESOLVED_STEP` apart, a resolution round (:func:`plan_resolution_round`, once)
+:data:`~.curves.RESOLVED_STEP` apart, a resolution round (:func:`plan_resolution_round`, once)
 adds :data:`SECOND_ROUND_POINTS` m inside that step, so that the grid at the target n is as fine
 as the refinement leaves the cells.
 """
@@ -45,10 +45,9 @@ from typing import Any
 import numpy as np
 
 from crl.errors import CrlValueError
-from crl.experiments.negatives.curves import CurveCell, cell_tables, curve_cells
+from crl.experiments.negatives.curves import RESOLVED_STEP, CurveCell, cell_tables, curve_cells
 from crl.experiments.negatives.laws import Recommendation
 from crl.experiments.negatives.options import VERIFY_SEEDS
-from crl.experiments.negatives.refine import RESOLVED_STEP
 from crl.experiments.negatives.resample import seed_resamples, weighted_quantile
 from crl.experiments.negatives.tolerance import Tolerance
 
@@ -332,7 +331,7 @@ def plan_third_round(result: VerifyResult) -> VerifyPlan:
 def plan_resolution_round(result: VerifyResult, step: float = RESOLVED_STEP) -> VerifyPlan:
     """The plan with a resolution round where the reading at the target n is located but the
     measured m around it are more than ``step`` apart (the refinement's
-    :data:`~.refine.RESOLVED_STEP`): :data:`SECOND_ROUND_POINTS` m evenly spaced in log m
+    :data:`~.curves.RESOLVED_STEP`): :data:`SECOND_ROUND_POINTS` m evenly spaced in log m
     inside that step, so that the grid at the target n is no coarser than the grid's cells are
     refined to; none where the reading only bounds m*, the step is fine already, or the round
     was planned.
