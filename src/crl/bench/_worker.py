@@ -53,16 +53,12 @@ def _loss_fn(impl: str, block_size: int | None) -> Callable[[Tensor, Tensor, Ten
     raise ValueError(f"unknown loss implementation {impl!r}")
 
 
-#: Timed runs of each reference product a loss process measures around its own timing.
-MATMUL_REPEATS = 5
-
-
 def _run_loss(task: dict[str, Any]) -> dict[str, Any]:
     """Forward + backward of the CLIP loss on ``(batch, dim)`` embeddings of ``task["dtype"]``
     (default float32; the learnable scale is float32), wall and CPU seconds per call; with
     ``reference``, the last call's loss and gradients against float64 on the same (unrounded)
     embeddings; with ``matmul_n``, the ``(n, n)`` product's rate in the loss's dtype measured in
-    this process just before and just after the loss's timing."""
+    this process just before and just after the loss's timing (``matmul_repeats`` runs each)."""
     baseline = current_rss()
     a0, b0 = _pairs(task["batch"], task["dim"], task.get("seed", 0))
     dtype = DTYPES[task.get("dtype", "float32")]
@@ -81,10 +77,10 @@ def _run_loss(task: dict[str, Any]) -> dict[str, Any]:
         cpu.append(cpu_seconds() - start)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    side = task.get("matmul_n")  # the reference product, in this process, before and after
-    before = matmul_gflops(side, MATMUL_REPEATS, dtype) if side else None
+    side, tries = task.get("matmul_n"), task.get("matmul_repeats", 1)
+    before = matmul_gflops(side, tries, dtype) if side else None  # the reference, in-process
     seconds, times = best_time(step, task.get("repeats", 1), task.get("warmup", 0))
-    after = matmul_gflops(side, MATMUL_REPEATS, dtype) if side else None
+    after = matmul_gflops(side, tries, dtype) if side else None
     assert a.grad is not None and b.grad is not None and scale.grad is not None
     out = {"seconds": seconds, "times": times, "cpu_seconds": min(cpu[-len(times):]),
            "matmul_gflops_same_process": (None if before is None or after is None

@@ -48,6 +48,8 @@ QUICK_BATCH_SIZES: tuple[int, ...] = (300,)
 PLAIN_BYTES_PER_ENTRY = {"open_clip": 4 * 4, "plain": 6 * 4}
 #: Memory left to the rest of the machine when deciding whether a plain run fits.
 MEMORY_MARGIN = 3 * GIB
+#: Timed runs of each reference product: the separate processes' and each loss process's own.
+MATMUL_REPEATS = 5
 #: Keys of a worker's loss result kept in a row's entry, and those of its float64 reference.
 _MEASURED = ("seconds", "times", "cpu_seconds", "loss", "grad_norm", "grad_dtype", "scale_grad",
              "loadavg_1min_start_end", "matmul_gflops_same_process")
@@ -118,12 +120,13 @@ def _loss_task(suite: LossSuite, entry: Entry, batch: int, dim: int, block_size:
     return {"kind": "loss", "name": f"{entry.impl} {entry.dtype} B={batch}", "key": entry.key,
             "impl": entry.impl, "batch": batch, "dim": dim, "dtype": entry.dtype,
             "block_size": block_size, "repeats": repeats, "warmup": warmup,
-            "reference": entry.reference, "matmul_n": None if quick else matmul_n}
+            "reference": entry.reference, "matmul_n": None if quick else matmul_n,
+            "matmul_repeats": MATMUL_REPEATS}
 
 
 def _matmul_tasks(suite: LossSuite, n: int, quick: bool) -> list[dict[str, Any]]:
     return [{"kind": "matmul", "name": f"matmul {dtype} n={n}", "n": n, "dtype": dtype,
-             "repeats": 1 if quick else 5} for dtype in _dtypes(suite)]
+             "repeats": 1 if quick else MATMUL_REPEATS} for dtype in _dtypes(suite)]
 
 
 def _skip_reason(entry: Entry, batch: int) -> str | None:
