@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from loss_reference import ref_info_nce
 from torch import Tensor
 
+import crl.losses._tiled_kernel as kernel_module
 import crl.losses.tiled as tiled_module
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses import TileMask, anchor_logsumexp, clip_loss, info_nce
@@ -288,6 +289,46 @@ def test_bf16_anchor_logsumexp_with_masks_extra_and_learnable_scale() -> None:
         assert float(value.detach()) == pytest.approx(float(exact.detach()), rel=1e-2)
         for g, w in zip(got, want, strict=True):
             assert float(F.cosine_similarity(g.double().flatten(), w.flatten(), dim=0)) >= 0.999
+
+
+@pytest.mark.parametrize("temperature", [0.05, 0.005])
+def test_bf16_backward_routes_agree_with_each_other_and_the_rounded_reference(
+        temperature: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrow backward's two routes (factored tiles; ``G`` formed), forced either way,
+    give the same gradients up to bf16 rounding, each within cosine 0.999 of the float64
+    gradient on the same bf16-rounded embeddings."""
+    a64, b64 = _pair(96, 16, torch.float64, seed=11)
+    grads = {}
+    for factored in (True, False):
+        monkeypatch.setattr(kernel_module, "FACTORED_BACKWARD", factored)
+        a, b = (x.detach().bfloat16().requires_grad_(True) for x in (a64, b64))
+        loss = clip_loss(a, b, 1 / temperature, block_size=40)
+        grads[factored] = [g.double() for g in torch.autograd.grad(loss, (a, b))]
+    ar, br = (x.detach().bfloat16().double().requires_grad_(True) for x in (a64, b64))
+    want = torch.autograd.grad(clip_loss(ar, br, 1 / temperature, block_size="plain"), (ar, br))
+    for got_f, got_g, w in zip(grads[True], grads[False], want, strict=True):
+        assert float(F.cosine_similarity(got_f.flatten(), got_g.flatten(), dim=0)) >= 0.9999
+        for got in (got_f, got_g):  # the products' bf16 rounding: 0.9999 fails at tau 0.005
+            assert float(F.cosine_similarity(got.flatten(), w.flatten(), dim=0)) >= 0.999
+
+
+def test_the_backward_route_is_probed_once_and_can_be_pinned(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FACTORED_BACKWARD`` pins the route; unset, small tiles and non-CPU devices take the
+    factored one, larger CPU tiles the faster of the two on one timed tile, cached."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(kernel_module, "FACTORED_BACKWARD", False)
+    assert kernel_module.factored_backward(cpu, torch.bfloat16, 1024, 256) is False
+    monkeypatch.setattr(kernel_module, "FACTORED_BACKWARD", None)
+    assert kernel_module.factored_backward(cpu, torch.bfloat16, 8, 16) is True
+    assert kernel_module.factored_backward(torch.device("meta"), torch.bfloat16, 512, 16) is True
+    monkeypatch.setattr(kernel_module, "PROBE_MIN_BLOCK", 32)
+    before = kernel_module._probe.cache_info()
+    chosen = kernel_module.factored_backward(cpu, torch.bfloat16, 48, 24)
+    assert isinstance(chosen, bool)
+    assert kernel_module.factored_backward(cpu, torch.bfloat16, 48, 24) is chosen
+    after = kernel_module._probe.cache_info()
+    assert after.hits >= before.hits + 1 and after.currsize >= 1
 
 
 def test_bf16_under_autocast_keeps_float32_reductions() -> None:

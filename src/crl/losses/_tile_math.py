@@ -225,13 +225,16 @@ class TileGradient:
     - :meth:`_two_exps`: ``P_row`` and ``P_col`` each from its own ``exp`` of the recomputed
       logits (:meth:`_logits`), the other tiles.
 
+    ``factored=False`` leaves out the first routine (``G`` formed from one ``exp``, then plain
+    gradient products: fewer matrix-unit flops, more passes over the tile; which is faster
+    depends on the machine, :func:`crl.losses._tiled_kernel.factored_backward`).
     Every ``exp`` argument is clamped at the floor when the forward found one can be below it
     (``plan.clamp``). ``G`` comes back in the inputs' dtype: formed there by the first routine,
     else in the accumulation dtype and rounded once.
     """
 
     def __init__(self, a_s: Tensor, b: Tensor, lse: tuple[Tensor, Tensor], plan: TilePlan,
-                 grads: tuple[Tensor | None, Tensor | None]) -> None:
+                 grads: tuple[Tensor | None, Tensor | None], factored: bool = True) -> None:
         lse_rows, lse_cols = lse
         self.a_s, self.b, self.plan = a_s, b, plan
         self.grad_rows, self.grad_cols = grads
@@ -257,7 +260,8 @@ class TileGradient:
         narrow = a_s.dtype != acc
         self.low_buf = self.logits_buf.view(a_s.dtype) if narrow else None
         self.shifted = (shift_inside(a_s, b, self.shift_rows)
-                        if narrow and small_rounding(plan.bound, a_s.dtype) else None)
+                        if factored and narrow and small_rounding(plan.bound, a_s.dtype)
+                        else None)
         self.excluded_buf = (None if plan.tiles.trivial else
                              torch.empty(block * block, dtype=torch.bool, device=a_s.device))
 

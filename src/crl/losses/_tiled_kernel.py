@@ -23,10 +23,11 @@ entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ 
 and ``P_col = P_row * exp(lse_row_i - lse_col_j)`` wherever that is exact in the dtype (other
 tiles take a second ``exp``; :mod:`crl.losses._tile_math`). Where every ``|L_ij|`` is at most
 :data:`DIRECT_MAX_LOGIT` the forward sums ``exp(L)`` with no maxima (one ``exp`` and the two
-sums per entry). For narrow inputs the backward forms no ``G``: ``P_row`` comes out of one
+sums per entry). For narrow inputs the backward can form no ``G``: ``P_row`` comes out of one
 product and its ``exp``, and ``G = P_row * (g_row_i + u_i t_j)`` goes into the gradient products
 as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]`` (:func:`_add_factored`): more
-matrix-unit work, two passes over each tile fewer.
+matrix-unit work, two passes over each tile fewer; which route is faster depends on the machine
+(:func:`factored_backward` times both once).
 
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
 product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
@@ -40,7 +41,9 @@ already carries, for about half the time of ``exp`` on AVX-512 CPUs.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -62,6 +65,17 @@ from crl.losses._tile_math import (
 )
 from crl.losses._tile_negatives import TileNegatives
 
+#: The narrow-dtype backward's route: None (the default: :func:`factored_backward` times both
+#: on one tile, once per process, dtype, tile side and width, for tiles of at least
+#: :data:`PROBE_MIN_BLOCK` on CPU; factored tiles otherwise), True (factored tiles,
+#: :class:`~crl.losses._tile_math.FactoredTile`: both gradient products twice as wide, two
+#: passes over each tile fewer) or False (``G`` formed). Read at each backward, so it can be
+#: patched. Both routes are exact to rounding (tested); they differ in the last bits, so a
+#: bf16 run that must repeat bit for bit on one machine pins it (the probe may choose
+#: differently under load).
+FACTORED_BACKWARD: bool | None = None
+#: Smaller tiles take the factored route without a probe.
+PROBE_MIN_BLOCK = 256
 #: The largest logit bound at which the forward sums ``exp(L)`` with no maxima: ``exp(64)``
 #: times 2^31 terms stays below float32's largest number, ``exp(-64)`` above its smallest
 #: normal one.
@@ -192,17 +206,12 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
     acc_a = torch.zeros(a.shape, dtype=acc, device=a.device)  # sum_j G_ij b_j
     acc_b = torch.zeros(b.shape, dtype=acc, device=a.device)  # sum_i G_ij scale_i a_i
     if grad_rows is not None or grad_cols is not None:
-        tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols))
+        factored = a.dtype == acc or factored_backward(a.device, a.dtype, plan.block, a.shape[1])
+        tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols),
+                                     factored)
         for r0, r1, c0, c1 in tile_spans(a.shape[0], b.shape[0], plan.block):
-            g = tile_gradient(r0, r1, c0, c1)  # (h, w), in the inputs' dtype, or its factors
-            if isinstance(g, FactoredTile):
-                _add_factored(acc_a[r0:r1] if need_a or need_scale else None,
-                              acc_b[c0:c1] if need_b else None, g, a_s[r0:r1], b[c0:c1])
-                continue
-            if need_a or need_scale:  # grad_scale is read off the grad_a accumulator
-                _add_product(acc_a[r0:r1], g, b[c0:c1])
-            if need_b:
-                _add_product(acc_b[c0:c1], g.T, a_s[r0:r1])
+            _tile_step(tile_gradient, (r0, r1, c0, c1), acc_a if need_a or need_scale else None,
+                       acc_b if need_b else None, a_s, b)
     if grad_diagonal is not None:
         own = slice(plan.tiles.offset, plan.tiles.offset + a.shape[0])  # the rows' positives
         acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own].to(acc))
@@ -214,6 +223,68 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
         products = a.to(acc) * acc_a
         grad_scale = products.sum(dim=1) if scale.dim() == 1 else products.sum()
     return grad_a, grad_b, grad_scale
+
+
+def _tile_step(tile_gradient: TileGradient, span: tuple[int, int, int, int],
+               acc_a: Tensor | None, acc_b: Tensor | None, a_s: Tensor, b: Tensor) -> None:
+    """One tile of the backward: ``acc_a[R] += G @ b[C]`` and ``acc_b[C] += G.T @ a_s[R]``
+    (either None: not needed; ``grad_scale`` is read off ``acc_a``)."""
+    r0, r1, c0, c1 = span
+    g = tile_gradient(r0, r1, c0, c1)  # (h, w), in the inputs' dtype, or its factors
+    if isinstance(g, FactoredTile):
+        _add_factored(None if acc_a is None else acc_a[r0:r1],
+                      None if acc_b is None else acc_b[c0:c1], g, a_s[r0:r1], b[c0:c1])
+        return
+    if acc_a is not None:
+        _add_product(acc_a[r0:r1], g, b[c0:c1])
+    if acc_b is not None:
+        _add_product(acc_b[c0:c1], g.T, a_s[r0:r1])
+
+
+def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim: int) -> bool:
+    """Whether the narrow-dtype backward takes factored tiles: :data:`FACTORED_BACKWARD` when
+    set, True for tiles smaller than :data:`PROBE_MIN_BLOCK` or off the CPU, else the faster
+    route on one ``block x block`` tile of unit vectors at ``tau = 0.07`` (:func:`_probe`, timed
+    once per process for each dtype, tile side and width ``dim``).
+
+    The factored route does twice the gradient products' matrix work to save passes over the
+    tile; measured at B = 16,384, D = 256 in bfloat16 it was the faster where the bf16 product
+    ran at 830-860 GFLOP/s and about 30% slower where it ran at 415 (benchmarks/README.md)."""
+    if FACTORED_BACKWARD is not None:
+        return FACTORED_BACKWARD
+    if block < PROBE_MIN_BLOCK or device.type != "cpu":
+        return True
+    return _probe(dtype, block, dim)
+
+
+@functools.cache
+@torch.no_grad()
+def _probe(dtype: torch.dtype, block: int, dim: int) -> bool:
+    """True when one tile's backward step is faster factored (best of 3 timed calls each,
+    after one untimed; the tile's own log-sum-exps and gradients of 1)."""
+    gen = torch.Generator().manual_seed(0)
+    a = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
+    b = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
+    scale = torch.tensor(1 / 0.07)
+    a_s, b = scaled(a, scale).to(dtype), b.to(dtype)
+    logits = (a_s @ b.T).float()
+    lse = (torch.logsumexp(logits, dim=1), torch.logsumexp(logits, dim=0))
+    ones = torch.ones(block)
+    bound = logit_bound(a_s, b, torch.float32)
+    plan = TilePlan(block, TileNegatives(None, None, None, None, include_positive=True,
+                                         offset=0), needs_floor(bound, block, block,
+                                                                torch.float32), bound)
+    acc_a, acc_b = torch.zeros(block, dim), torch.zeros(block, dim)
+    best = {}
+    for factored in (True, False):
+        tile_gradient = TileGradient(a_s, b, lse, plan, (ones, ones), factored)
+        times = []
+        for _ in range(4):
+            start = time.perf_counter()
+            _tile_step(tile_gradient, (0, block, 0, block), acc_a, acc_b, a_s, b)
+            times.append(time.perf_counter() - start)
+        best[factored] = min(times[1:])
+    return best[True] <= best[False]
 
 
 def _add_product(acc: Tensor, g: Tensor, y: Tensor) -> None:
