@@ -23,7 +23,8 @@ import crl.losses._tiled_kernel as kernel_module
 import crl.losses.tiled as tiled_module
 from crl.errors import CrlTypeError, CrlValueError
 from crl.losses import TileMask, anchor_logsumexp, clip_loss, info_nce
-from crl.losses._tile_math import tile_logsumexps
+from crl.losses._tile_math import TileGradient, direct_weights, tile_logsumexps
+from crl.losses._tile_negatives import TileNegatives
 from crl.negatives import NegativeSets
 from shared_tensors import make_pair
 
@@ -310,6 +311,88 @@ def test_bf16_backward_routes_agree_with_each_other_and_the_rounded_reference(
         assert float(F.cosine_similarity(got_f.flatten(), got_g.flatten(), dim=0)) >= 0.9999
         for got in (got_f, got_g):  # the products' bf16 rounding: 0.9999 fails at tau 0.005
             assert float(F.cosine_similarity(got.flatten(), w.flatten(), dim=0)) >= 0.999
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize(("temperature", "direct_expected"), [(0.05, True), (0.3, True),
+                                                               (0.005, False)])
+def test_float32_direct_tiles_agree_with_the_shifted_routes_and_float64(
+        symmetric: bool, temperature: float, direct_expected: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where every ``|L_ij| <= 64`` and no ``exp`` argument can fall below the floor, the
+    float32 backward takes direct tiles (``G = exp(L) (c_i + t_j)``); forced off
+    (``DIRECT_BACKWARD = False``) it takes the shifted routines. Both give the float64
+    gradients to float32 rounding, with a mask, partial tiles and a learnable temperature; at
+    ``tau = 0.005`` (``|L|`` up to 200) the direct tiles are never used."""
+    a64, b64 = _pair(53, 12, torch.float64, seed=8)
+    mask = HashMask().mask(torch.arange(53), torch.arange(53))
+
+    def loss(x: Tensor, y: Tensor, t: Tensor, block: int | str) -> Tensor:
+        return info_nce(x, y, temperature=t, symmetric=symmetric, negatives_mask=mask,
+                        block_size=block)
+
+    tau64 = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
+    want = _losses_and_grads(lambda x, y, t: loss(x, y, t, "plain"), a64, b64, tau64)
+    calls: list[int] = []
+    original = TileGradient._direct
+
+    def counted(self: TileGradient, *args: object) -> Tensor:
+        calls.append(1)
+        return original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TileGradient, "_direct", counted)
+    grads = {}
+    for direct in (True, False):
+        monkeypatch.setattr(kernel_module, "DIRECT_BACKWARD", direct)
+        calls.clear()
+        a, b = (x.detach().float().requires_grad_(True) for x in (a64, b64))
+        tau = torch.tensor(temperature, requires_grad=True)
+        got = _losses_and_grads(lambda x, y, t: loss(x, y, t, 16), a, b, tau)
+        assert bool(calls) == (direct and direct_expected)
+        for g, w in zip(got, want, strict=True):
+            _assert_same(g.double(), w, 2e-5)
+        grads[direct] = got
+    for g_direct, g_shifted in zip(grads[True], grads[False], strict=True):
+        _assert_same(g_direct.double(), g_shifted.double(), 2e-5)
+
+
+@pytest.mark.parametrize("used", ["rows", "cols", "both"])
+def test_direct_tiles_for_either_direction_alone(used: str) -> None:
+    """The kernel's row and column log-sum-exps, differentiated through one direction or both
+    (weights ``c`` only, ``t`` only, or both), equal the dense float64 formula's gradients."""
+    a64, b64 = _pair(45, 10, torch.float64, seed=4)
+    scale = torch.tensor(1 / 0.07, dtype=torch.float64)
+    logits = scale * a64 @ b64.T
+    rows, cols = torch.logsumexp(logits, dim=1), torch.logsumexp(logits, dim=0)
+    weights = torch.linspace(0.5, 1.5, 45, dtype=torch.float64)
+    pick = {"rows": (1.0, 0.0), "cols": (0.0, 1.0), "both": (1.0, 1.0)}[used]
+    want = torch.autograd.grad(pick[0] * (weights * rows).sum() + pick[1] * (weights * cols).sum(),
+                               (a64, b64))
+    a, b = (x.detach().float().requires_grad_(True) for x in (a64, b64))
+    tiles = TileNegatives(None, None, None, None, include_positive=True, offset=0)
+    out = kernel_module.tiled_logsumexp(a, b, scale.float(), 16, tiles, want_cols=True)
+    w32 = weights.float()
+    total = sum(((w32 * lse).sum() for lse, on in zip((out.lse_rows, out.lse_cols), pick,
+                                                          strict=True) if on),
+                torch.zeros(()))
+    got = torch.autograd.grad(total, (a, b))
+    for g, w in zip(got, want, strict=True):
+        _assert_same(g.double(), w, 2e-5)
+
+
+def test_direct_weights_are_refused_where_they_lose_precision() -> None:
+    """``c = g exp(-lse)``: 0 for a line with no candidate (lse = -inf); None (the shifted
+    routines) when a weight is not finite or a nonzero gradient gives a weight below float32's
+    smallest normal number."""
+    lse = torch.tensor([0.5, -math.inf, 3.0])
+    grad = torch.tensor([1.0, 2.0, 0.0])
+    weights = direct_weights(lse, lse, (grad, None))
+    assert weights is not None and weights[1] is None
+    torch.testing.assert_close(weights[0], torch.tensor([math.exp(-0.5), 0.0, 0.0]))
+    assert direct_weights(lse, lse, (None, None)) is None
+    assert direct_weights(lse, lse, (torch.tensor([1e-39, 1.0, 1.0]), None)) is None
+    assert direct_weights(lse, lse, (torch.tensor([math.inf, 1.0, 1.0]), None)) is None
+    assert direct_weights(torch.tensor([90.0, 0.0, 0.0]), lse, (grad, None)) is None
 
 
 def test_the_backward_route_is_probed_once_and_can_be_pinned(

@@ -23,6 +23,11 @@ Bounds = tuple[list[float], list[float], list[float], list[float]]
 #: argument already carries).
 LOG2E = 1.0 / math.log(2.0)
 
+#: The largest logit bound at which the kernel takes ``exp(L)`` with no shift (the forward's
+#: sums, the wide-dtype backward's direct tiles): ``exp(64)`` times 2^31 terms stays below
+#: float32's largest number, ``exp(-64)`` above its smallest normal one.
+DIRECT_MAX_LOGIT = 64.0
+
 #: The largest rounding of a forward logit (``bound * u``) at which a narrow-dtype backward
 #: takes the row shift inside the product (logits of unit vectors at ``tau >= 0.04``).
 SHIFT_INSIDE_MAX_ERROR = 0.1
@@ -215,8 +220,15 @@ class TileGradient:
 
     ``G_ij = g_row_i P_row_ij + g_col_j P_col_ij`` with the softmaxes ``P_row = exp(L_ij -
     lse_row_i)`` and ``P_col = exp(L_ij - lse_col_j)`` (0 where ``L_ij`` is not a candidate;
-    docs/theory.md §12). Per tile, one of three routines:
+    docs/theory.md §12). Per tile, one of four routines:
 
+    - :meth:`_direct` (float32 / float64 inputs with every ``|L_ij|`` at most
+      :data:`DIRECT_MAX_LOGIT` and no clamp, ``direct=True``): ``G = exp(L_ij) * (c_i + t_j)``
+      with ``c = g_row exp(-lse_row)`` and ``t = g_col exp(-lse_col)``, the same sum as
+      ``g_row P_row + g_col P_col`` with ``exp(L_ij)`` taken out; the ``1 / ln 2`` of
+      ``exp2`` rides in the product (the forward's own rounding of ``L``,
+      :func:`direct_operand`): three passes over the tile (``exp2``, the broadcast sum, the
+      product) instead of five or six;
     - :meth:`_shifted_softmax` (narrow inputs with a small rounding of the logits): ``P_row``
       straight from the product ``[a_s, -lse_row] @ [b, 1].T``, in the inputs' dtype, returned
       with its factors (:class:`FactoredTile`): no pass over the tile besides its ``exp``;
@@ -225,7 +237,7 @@ class TileGradient:
     - :meth:`_two_exps`: ``P_row`` and ``P_col`` each from its own ``exp`` of the recomputed
       logits (:meth:`_logits`), the other tiles.
 
-    ``factored=False`` leaves out the first routine (``G`` formed from one ``exp``, then plain
+    ``factored=False`` leaves out the second routine (``G`` formed from one ``exp``, then plain
     gradient products: fewer matrix-unit flops, more passes over the tile; which is faster
     depends on the machine, :func:`crl.losses._tiled_kernel.factored_backward`).
     Every ``exp`` argument is clamped at the floor when the forward found one can be below it
@@ -234,11 +246,15 @@ class TileGradient:
     """
 
     def __init__(self, a_s: Tensor, b: Tensor, lse: tuple[Tensor, Tensor], plan: TilePlan,
-                 grads: tuple[Tensor | None, Tensor | None], factored: bool = True) -> None:
+                 grads: tuple[Tensor | None, Tensor | None], factored: bool = True,
+                 direct: bool = True) -> None:
         lse_rows, lse_cols = lse
         self.a_s, self.b, self.plan = a_s, b, plan
         self.grad_rows, self.grad_cols = grads
         acc, block = lse_rows.dtype, plan.block
+        self.weights = (direct_weights(lse_rows, lse_cols, grads)
+                        if direct and direct_tiles(a_s.dtype, acc, plan) else None)
+        self.a_2 = direct_operand(a_s) if self.weights is not None else None
         # A row with no candidate has lse = -inf and only -inf logits: shift it by 0 instead.
         self.shift_rows = torch.nan_to_num(lse_rows, neginf=0.0).unsqueeze(1)  # (h, 1)
         self.shift_cols = (torch.nan_to_num(lse_cols, neginf=0.0).unsqueeze(0)
@@ -273,6 +289,8 @@ class TileGradient:
         h, w = r1 - r0, c1 - c0
         excluded = (None if self.excluded_buf is None else self.plan.tiles.excluded(
             r0, r1, c0, c1, self.excluded_buf[: h * w].view(h, w)))
+        if self.weights is not None:
+            return self._direct(r0, r1, c0, c1, excluded)
         factors = self._factors(r0, r1, c0, c1)
         rows = None if self.grad_rows is None else self.grad_rows[r0:r1]
         if self.shifted is not None and self.low_buf is not None and rows is not None \
@@ -288,6 +306,26 @@ class TileGradient:
         else:
             g = self._two_exps(logits, g, r0, r1, c0, c1)
         return g if self.low_buf is None else self.low_buf[: h * w].view(h, w).copy_(g)
+
+    def _direct(self, r0: int, r1: int, c0: int, c1: int, excluded: Tensor | None) -> Tensor:
+        """``G (h, w) = exp(L_ij) * (c_i + t_j)`` (either term alone when one direction has no
+        gradient), from ``L / ln 2 = (a_s / ln 2) @ b.T`` and ``exp2``; ``-inf`` (so 0) where
+        not a candidate."""
+        assert self.weights is not None and self.a_2 is not None
+        h, w = r1 - r0, c1 - c0
+        c, t = self.weights
+        g = torch.mm(self.a_2[r0:r1], self.b[c0:c1].T, out=self.grad_buf[: h * w].view(h, w))
+        if excluded is not None:
+            g.masked_fill_(excluded, -math.inf)
+        g.exp2_()
+        if c is not None and t is not None:
+            both = torch.add(c[r0:r1].unsqueeze(1), t[c0:c1].unsqueeze(0),
+                             out=self.logits_buf[: h * w].view(h, w))
+            return g.mul_(both)
+        if c is not None:
+            return g.mul_(c[r0:r1].unsqueeze(1))
+        assert t is not None
+        return g.mul_(t[c0:c1].unsqueeze(0))
 
     def _exp(self, x: Tensor) -> Tensor:
         """``exp`` in place, of arguments clamped at the floor where one can be below it."""
@@ -348,6 +386,44 @@ class TileGradient:
         assert self.shift_cols is not None and self.grad_cols is not None
         p_col = self._exp_shifted(logits, self.shift_cols[:, c0:c1], g)
         return p_col.mul_(self.grad_cols[c0:c1].unsqueeze(0))
+
+
+def direct_operand(a_s: Tensor) -> Tensor:
+    """``a_s / ln 2`` (:data:`LOG2E`): its product with ``b.T`` is ``L / ln 2``, the argument of
+    ``exp2`` for ``exp(L)``. The forward and the backward's direct tiles take ``L`` from this
+    same product, so the backward's softmaxes are those of the forward's log-sum-exps."""
+    return a_s * LOG2E
+
+
+def direct_tiles(dtype: torch.dtype, acc: torch.dtype, plan: TilePlan) -> bool:
+    """Whether tiles of inputs of ``dtype`` can take ``exp(L)`` with no shift: wide inputs
+    (``dtype`` the accumulation dtype ``acc``), every ``|L_ij|`` at most
+    :data:`DIRECT_MAX_LOGIT` and no ``exp`` argument below the floor (:func:`needs_floor`)."""
+    return dtype == acc and plan.bound <= DIRECT_MAX_LOGIT and not plan.clamp
+
+
+def direct_weights(lse_rows: Tensor, lse_cols: Tensor, grads: tuple[Tensor | None, Tensor | None]
+                   ) -> tuple[Tensor | None, Tensor | None] | None:
+    """``c = g_row exp(-lse_row)`` ``(h,)`` and ``t = g_col exp(-lse_col)`` ``(W,)`` (None for
+    a direction with no gradient; 0 for a line with no candidate, whose ``exp(L)`` are all 0),
+    so that ``g_row_i P_row_ij + g_col_j P_col_ij = exp(L_ij) (c_i + t_j)``; None (take the
+    shifted routines) unless every weight is finite, every nonzero ``g`` gives a normal weight
+    (full relative precision) and ``c_i + t_j`` cannot overflow."""
+    finfo = torch.finfo(lse_rows.dtype)
+    out: list[Tensor | None] = []
+    for lse, grad in zip((lse_rows, lse_cols), grads, strict=True):
+        if grad is None:
+            out.append(None)
+            continue
+        weight = torch.where(torch.isneginf(lse), 0.0, grad * torch.exp(-lse))
+        size = weight.abs()
+        normal = (size >= finfo.tiny) | (grad == 0) | torch.isneginf(lse)
+        if not bool((torch.isfinite(weight) & normal & (size <= finfo.max / 4)).all()):
+            return None
+        out.append(weight)
+    if out[0] is None and out[1] is None:
+        return None
+    return out[0], out[1]
 
 
 def _one_exp(p_row: Tensor, grad_rows: Tensor, factors: tuple[Tensor, Tensor] | None,

@@ -22,12 +22,15 @@ That is ``8 h W D`` flops for forward + backward and three ``(T, T)`` buffers. O
 entry and pass serves both directions: the column sums are ``exp(L - m_row).T @ exp(m_row - K)``
 and ``P_col = P_row * exp(lse_row_i - lse_col_j)`` wherever that is exact in the dtype (other
 tiles take a second ``exp``; :mod:`crl.losses._tile_math`). Where every ``|L_ij|`` is at most
-:data:`DIRECT_MAX_LOGIT` the forward sums ``exp(L)`` with no maxima (one ``exp`` and the two
-sums per entry). For narrow inputs the backward can form no ``G``: ``P_row`` comes out of one
-product and its ``exp``, and ``G = P_row * (g_row_i + u_i t_j)`` goes into the gradient products
-as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]`` (:func:`_add_factored`): more
-matrix-unit work, two passes over each tile fewer; which route is faster depends on the machine
-(:func:`factored_backward` times both once).
+:data:`~crl.losses._tile_math.DIRECT_MAX_LOGIT` the forward sums ``exp(L)`` with no maxima (one
+``exp`` and the two sums per entry), and a float32 / float64 backward with no ``exp`` argument
+below the floor takes ``G = exp(L_ij) (c_i + t_j)``, ``c = g_row exp(-lse_row)``, ``t = g_col
+exp(-lse_col)`` (three passes over each tile: the ``exp``, the broadcast sum, the product;
+:data:`DIRECT_BACKWARD`). For narrow inputs the backward can form no ``G``: ``P_row`` comes out
+of one product and its ``exp``, and ``G = P_row * (g_row_i + u_i t_j)`` goes into the gradient
+products as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]``
+(:func:`_add_factored`): more matrix-unit work, two passes over each tile fewer; which route is
+faster depends on the machine (:func:`factored_backward` times both once).
 
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
 product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
@@ -52,9 +55,12 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from crl.losses._common import masked_logsumexp
 from crl.losses._tile_math import (
+    DIRECT_MAX_LOGIT,
+    LOG2E,
     FactoredTile,
     TileGradient,
     TilePlan,
+    direct_operand,
     exp_into,
     logit_bound,
     needs_floor,
@@ -76,10 +82,11 @@ from crl.losses._tile_negatives import TileNegatives
 FACTORED_BACKWARD: bool | None = None
 #: Smaller tiles take the factored route without a probe.
 PROBE_MIN_BLOCK = 256
-#: The largest logit bound at which the forward sums ``exp(L)`` with no maxima: ``exp(64)``
-#: times 2^31 terms stays below float32's largest number, ``exp(-64)`` above its smallest
-#: normal one.
-DIRECT_MAX_LOGIT = 64.0
+#: Whether float32 / float64 backwards take direct tiles where they are exact
+#: (:func:`~crl.losses._tile_math.direct_tiles`; ``G = exp(L) (c_i + t_j)``, three passes over
+#: each tile instead of five). Read at each backward; False forces the shifted routines
+#: (tests compare both).
+DIRECT_BACKWARD = True
 
 
 class KernelOut(NamedTuple):
@@ -133,15 +140,22 @@ class _TiledLogSumExp(torch.autograd.Function):
             # inputs also need every |L_ij| <= 1 / (10 u) (u the unit roundoff; 25.6 for bf16).
             direct = bound <= DIRECT_MAX_LOGIT and (a.dtype == acc
                                                     or small_rounding(bound, a.dtype))
+            # Wide inputs: the product gives L / ln 2 (the argument of exp2, no scaling pass);
+            # the backward's direct tiles recompute it the same way.
+            base2 = direct and a.dtype == acc
+            a_tile = direct_operand(a_s) if base2 else a_s
             ones = lse_rows.new_ones(block)
             for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
                 h, w = r1 - r0, c1 - c0
-                logits = tile_product(a_s, b, r0, r1, c0, c1, logits_buf, work_buf)
+                logits = tile_product(a_tile, b, r0, r1, c0, c1, logits_buf, work_buf)
                 excluded = (None if excluded_buf is None else
                             tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
                 lo, hi, k = tiles.positives(r0, r1, c0, c1)
                 if hi > lo:
-                    diagonal[lo:hi] = logits.diagonal(k)
+                    if base2:
+                        torch.mul(logits.diagonal(k), 1.0 / LOG2E, out=diagonal[lo:hi])
+                    else:
+                        diagonal[lo:hi] = logits.diagonal(k)
                 if excluded is None:
                     count_rows[r0:r1] += w
                     count_cols[c0:c1] += h
@@ -150,7 +164,8 @@ class _TiledLogSumExp(torch.autograd.Function):
                     count_rows[r0:r1] += w - excluded.sum(dim=1)
                     count_cols[c0:c1] += h - excluded.sum(dim=0)
                 if direct:
-                    e = exp_into(logits, None, logits, None)  # (h, w), every entry in range
+                    # (h, w), every entry in range
+                    e = logits.exp2_() if base2 else exp_into(logits, None, logits, None)
                     tile_rows = e.sum(dim=1).log_()
                     tile_cols = torch.mv(e.T, ones[:h]).log_() if want_cols else None
                 else:
@@ -206,9 +221,10 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
     acc_a = torch.zeros(a.shape, dtype=acc, device=a.device)  # sum_j G_ij b_j
     acc_b = torch.zeros(b.shape, dtype=acc, device=a.device)  # sum_i G_ij scale_i a_i
     if grad_rows is not None or grad_cols is not None:
-        factored = a.dtype == acc or factored_backward(a.device, a.dtype, plan.block, a.shape[1])
+        factored = a.dtype != acc and factored_backward(a.device, a.dtype, plan.block,
+                                                        a.shape[1])
         tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols),
-                                     factored)
+                                     factored, DIRECT_BACKWARD)
         for r0, r1, c0, c1 in tile_spans(a.shape[0], b.shape[0], plan.block):
             _tile_step(tile_gradient, (r0, r1, c0, c1), acc_a if need_a or need_scale else None,
                        acc_b if need_b else None, a_s, b)
