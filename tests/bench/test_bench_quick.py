@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from crl.bench import run_retrieval_benchmark
@@ -13,6 +14,7 @@ from crl.bench._measure import run_in_subprocess
 from crl.bench.loss import plain_memory_estimate
 from crl.bench.targets import bf16_targets, loss_targets
 from crl.cli import app
+from crl.errors import CrlValueError
 
 
 def test_crl_bench_loss_quick_writes_consistent_results(tmp_path: Path) -> None:
@@ -50,6 +52,13 @@ def test_loss_targets_and_memory_estimate() -> None:
     assert targets["B=32768 tiled peak memory < 1 GiB above baseline"]["met"] is True
     assert targets["tiled >= 50% of matmul throughput at B >= 16384"] == {
         "value": {32768: 0.6}, "met": True}
+    assert "B=16384 float32 effective throughput >= 85% of the float32 matmul" not in targets
+    at_16k = {"batch": 16384, "tiled_fraction_of_matmul": 0.9,
+              "tiled": {"seconds": 3.0, "fraction_of_matmul": 0.9,
+                        "fraction_of_same_process_matmul": 0.84}}
+    assert loss_targets([at_16k])["B=16384 float32 effective throughput >= 85% of the float32 "
+                                  "matmul"] == {"value": 0.84, "against": "the same process",
+                                                "separate_processes": 0.9, "met": False}
     assert plain_memory_estimate(32768) == 16 * 1024**3
     assert plain_memory_estimate(32768, "plain") == 24 * 1024**3
 
@@ -94,6 +103,31 @@ def test_crl_bench_loss_bf16_quick_reports_ratios_and_accuracy(tmp_path: Path) -
     assert low["loss"] == pytest.approx(low["float64_loss"], rel=1e-2)
     assert len(low["loadavg_1min_start_end"]) == 2 and low["cpu_seconds"] > 0
     assert "| 300 |" in result.output
+
+
+def test_a_full_bf16_run_needs_bf16_matrix_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without bf16 matrix instructions a full ``--dtype bf16`` run is refused with the reason
+    (through the CLI: one line, exit 2) before anything runs; ``--quick`` still runs."""
+    import crl.bench.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "cpu_info", lambda: {
+        "cpu_model": "Test CPU", "cpu_capability": "AVX2", "bf16_matrix_units": False})
+    monkeypatch.setattr(loss_module, "run_tasks", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(CrlValueError, match=r"dtype='bf16'.*avx512_bf16.*Test CPU, AVX2"):
+        loss_module.run_loss_benchmark(dtype="bf16")
+    result = CliRunner().invoke(app, ["bench", "loss", "--dtype", "bf16"])
+    assert result.exit_code == 2 and "bfloat16 matrix instructions" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cpu_info_is_recorded_with_every_result() -> None:
+    from crl.env import cpu_info, environment_info
+
+    info = cpu_info()
+    assert set(info) == {"cpu_model", "cpu_capability", "bf16_matrix_units"}
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["bf16_matrix_units"] in (True, False, None)
+    assert {k: environment_info()[k] for k in info} == info
 
 
 def test_bf16_targets() -> None:

@@ -34,7 +34,8 @@ from typing import Any, NamedTuple
 from crl._validation import check_choice
 from crl.bench._measure import GIB, available_memory, machine_state, run_tasks
 from crl.bench.targets import bf16_targets, loss_targets
-from crl.env import environment_info
+from crl.env import BF16_MATRIX_FLAGS, cpu_info, environment_info
+from crl.errors import CrlValueError
 
 #: The batch sizes of the full float32 benchmark.
 BATCH_SIZES: tuple[int, ...] = (4096, 8192, 16384, 32768, 131072)
@@ -94,7 +95,7 @@ SUITES: dict[str, LossSuite] = {
     "fp32": LossSuite("loss", (Entry("open_clip", "open_clip", "float32"),
                                Entry("plain", "plain", "float32"),
                                Entry("tiled", "tiled", "float32")),
-                      "tiled", BATCH_SIZES, 8192, loss_targets),
+                      "tiled", BATCH_SIZES, 16384, loss_targets),
     "bf16": LossSuite("loss_bf16", (Entry("float32", "tiled", "float32"),
                                     Entry("bfloat16", "tiled", "bfloat16", reference=True)),
                       "bf16", BF16_BATCH_SIZES, None, bf16_targets),
@@ -171,9 +172,17 @@ def run_loss_benchmark(
         for a full run, ``targets``.
 
     Raises:
-        CrlValueError: for a ``dtype`` not in :data:`SUITES`.
+        CrlValueError: for a ``dtype`` not in :data:`SUITES`, or a full ``bf16`` run on a CPU
+            without bfloat16 matrix instructions (its bf16 products are emulated, about 1
+            GFLOP/s: the run would take hours and measure the emulation).
     """
     suite = SUITES[check_choice("run_loss_benchmark", "dtype", dtype, SUITES)]
+    if not quick and "bfloat16" in _dtypes(suite) and cpu_info()["bf16_matrix_units"] is False:
+        raise CrlValueError(
+            f"run_loss_benchmark: dtype={dtype!r} needs a CPU with bfloat16 matrix instructions "
+            f"(one of {', '.join(BF16_MATRIX_FLAGS)}); this one "
+            f"({cpu_info()['cpu_model']}, {cpu_info()['cpu_capability']}) has none, so its bf16 "
+            "products are emulated; run dtype='fp32', or --quick to check that it runs")
     if quick:
         dim, matmul_n = min(dim, 32), 256
     sizes = list(batch_sizes or (QUICK_BATCH_SIZES if quick else suite.batch_sizes))

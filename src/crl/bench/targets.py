@@ -42,6 +42,11 @@ def loss_targets(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if fractions:
         targets["tiled >= 50% of matmul throughput at B >= 16384"] = {
             "value": fractions, "met": all(f >= 0.5 for f in fractions.values())}
+    row = _row(rows, 16384)
+    if row is not None and "seconds" in row.get("tiled", {}):
+        share = _share(row["tiled"])
+        targets["B=16384 float32 effective throughput >= 85% of the float32 matmul"] = {
+            **share, "met": share["value"] >= 0.85}
     return targets
 
 
