@@ -395,6 +395,69 @@ def test_direct_weights_are_refused_where_they_lose_precision() -> None:
     assert direct_weights(torch.tensor([90.0, 0.0, 0.0]), lse, (grad, None)) is None
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("temperature", [0.3, 0.005])
+@pytest.mark.parametrize("mask_kind", ["none", "dense"])
+def test_side_by_side_streams_equal_one_stream_and_float64(
+        workers: int, temperature: float, mask_kind: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row blocks split over streams on their own threads (``TILE_WORKERS``) give the loss and
+    every gradient of one stream and of float64 to float32 rounding (a symmetric loss, so both
+    the shared rows and each stream's own columns are merged; partial tiles; a dense mask;
+    the direct and the shifted routes), and leave torch's thread count as it was."""
+    a64, b64 = _pair(53, 12, torch.float64, seed=9)
+    mask = None if mask_kind == "none" else HashMask().mask(torch.arange(53), torch.arange(53))
+
+    def loss(x: Tensor, y: Tensor, t: Tensor, block: int | str) -> Tensor:
+        return info_nce(x, y, temperature=t, symmetric=True, negatives_mask=mask,
+                        block_size=block)
+
+    tau64 = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
+    want = _losses_and_grads(lambda x, y, t: loss(x, y, t, "plain"), a64, b64, tau64)
+    threads = torch.get_num_threads()
+    got = {}
+    for count in (1, workers):
+        monkeypatch.setattr(kernel_module, "TILE_WORKERS", count)
+        a, b = (x.detach().float().requires_grad_(True) for x in (a64, b64))
+        tau = torch.tensor(temperature, requires_grad=True)
+        got[count] = _losses_and_grads(lambda x, y, t: loss(x, y, t, 16), a, b, tau)
+        assert torch.get_num_threads() == threads
+    for g_many, g_one, w in zip(got[workers], got[1], want, strict=True):
+        _assert_same(g_many.double(), w, 2e-5)
+        _assert_same(g_many.double(), g_one.double(), 2e-5)
+
+
+def test_stream_count_and_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default: one stream per intra-op thread for wide CPU tiles with no TileMask, one
+    otherwise, never more than the row blocks; an error in any stream reaches the caller with
+    torch's thread count restored."""
+    cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    plain = TileNegatives(None, None, None, None, include_positive=True, offset=0)
+    masked = TileNegatives(None, HashMask(), torch.arange(4), torch.arange(4),
+                           include_positive=True, offset=0)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert kernel_module.tile_workers(cpu, f32, f32, plain, 16) == 4
+    assert kernel_module.tile_workers(cpu, f32, f32, plain, 3) == 3
+    assert kernel_module.tile_workers(cpu, bf16, f32, plain, 16) == 1
+    assert kernel_module.tile_workers(torch.device("meta"), f32, f32, plain, 16) == 1
+    assert kernel_module.tile_workers(cpu, f32, f32, masked, 16) == 1
+    monkeypatch.setattr(kernel_module, "TILE_WORKERS", 2)
+    assert kernel_module.tile_workers(cpu, bf16, f32, masked, 16) == 2
+    monkeypatch.undo()
+    threads = torch.get_num_threads()
+
+    def stream(k: int, workers: int) -> int:
+        assert workers == 3 and not torch.is_grad_enabled()
+        if k == 2:
+            raise RuntimeError("stream 2 failed")
+        return k
+
+    with pytest.raises(RuntimeError, match="stream 2 failed"):
+        kernel_module.run_streams(3, stream, "cpu")
+    assert torch.get_num_threads() == threads
+    assert kernel_module.run_streams(2, lambda k, n: (k, n), "cpu") == [(0, 2), (1, 2)]
+
+
 def test_the_backward_route_is_probed_once_and_can_be_pinned(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``FACTORED_BACKWARD`` pins the route; unset, small tiles and non-CPU devices take the

@@ -4,6 +4,7 @@ operand ``G`` (backward, :class:`TileGradient`), and the ranges that make them e
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -280,6 +281,18 @@ class TileGradient:
                         else None)
         self.excluded_buf = (None if plan.tiles.trivial else
                              torch.empty(block * block, dtype=torch.bool, device=a_s.device))
+
+    def with_own_buffers(self) -> TileGradient:
+        """A copy that shares everything but the scratch buffers, for a stream of tiles that
+        runs beside this one (:func:`crl.losses._tiled_kernel.run_streams`)."""
+        twin = copy.copy(self)
+        twin.grad_buf = torch.empty_like(self.grad_buf)
+        twin.logits_buf = torch.empty_like(self.logits_buf)
+        if self.low_buf is not None:
+            twin.low_buf = twin.logits_buf.view(self.low_buf.dtype)
+        if self.excluded_buf is not None:
+            twin.excluded_buf = torch.empty_like(self.excluded_buf)
+        return twin
 
     def __call__(self, r0: int, r1: int, c0: int, c1: int) -> Tensor | FactoredTile:
         """``G (h, w)`` of tile ``[r0, r1) x [c0, c1)``, in the inputs' dtype, or its factors

@@ -32,6 +32,13 @@ products as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]``
 (:func:`_add_factored`): more matrix-unit work, two passes over each tile fewer; which route is
 faster depends on the machine (:func:`factored_backward` times both once).
 
+Threads: for float32 / float64 CPU tiles with no TileMask the row blocks are dealt to side by
+side streams, one per intra-op thread (:func:`tile_workers`, :func:`run_streams`), each with one
+thread and its own buffers: rows belong to one stream, the columns' log-sum-exps, counts and
+``grad_b`` are per stream and merged at the end (in stream order, so the result does not depend
+on scheduling). Each core then works on its own tile in its own cache instead of both splitting
+every product and pass.
+
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
 product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
 gradient accumulators are float32, ``G`` is an operand of the gradient products in the input dtype
@@ -47,7 +54,9 @@ from __future__ import annotations
 import functools
 import math
 import time
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -65,9 +74,9 @@ from crl.losses._tile_math import (
     logit_bound,
     needs_floor,
     small_rounding,
+    spans,
     tile_logsumexps,
     tile_product,
-    tile_spans,
 )
 from crl.losses._tile_negatives import TileNegatives
 
@@ -87,6 +96,14 @@ PROBE_MIN_BLOCK = 256
 #: each tile instead of five). Read at each backward; False forces the shifted routines
 #: (tests compare both).
 DIRECT_BACKWARD = True
+#: Streams of row blocks run side by side (:func:`tile_workers`): None (the default: one per
+#: intra-op thread for float32 / float64 CPU tiles with no TileMask, each stream on one
+#: thread with its own buffers; measured about 10% faster than one stream whose products and
+#: passes are split across 2 threads, benchmarks/README.md) or a count (1: one stream). Read
+#: at each forward and backward.
+TILE_WORKERS: int | None = None
+
+_T = TypeVar("_T")
 
 
 class KernelOut(NamedTuple):
@@ -129,12 +146,8 @@ class _TiledLogSumExp(torch.autograd.Function):
             diagonal = lse_rows.new_empty(n_rows)
             count_rows = torch.zeros(n_rows, dtype=torch.int64, device=a.device)
             count_cols = torch.zeros(n_cols, dtype=torch.int64, device=a.device)
-            work_buf = lse_rows.new_empty(block * block)
             bound = logit_bound(a_s, b, acc)
             clamp = needs_floor(bound, n_rows, n_cols, acc)
-            logits_buf = lse_rows.new_empty(block * block)
-            excluded_buf = (None if tiles.trivial else
-                            torch.empty(block * block, dtype=torch.bool, device=a.device))
             # Every |L_ij| <= DIRECT_MAX_LOGIT: exp(L) is a normal number and the sums cannot
             # overflow, so the tile's exps are summed with no maxima (two passes fewer). Narrow
             # inputs also need every |L_ij| <= 1 / (10 u) (u the unit roundoff; 25.6 for bf16).
@@ -144,38 +157,23 @@ class _TiledLogSumExp(torch.autograd.Function):
             # the backward's direct tiles recompute it the same way.
             base2 = direct and a.dtype == acc
             a_tile = direct_operand(a_s) if base2 else a_s
-            ones = lse_rows.new_ones(block)
-            for r0, r1, c0, c1 in tile_spans(n_rows, n_cols, block):
-                h, w = r1 - r0, c1 - c0
-                logits = tile_product(a_tile, b, r0, r1, c0, c1, logits_buf, work_buf)
-                excluded = (None if excluded_buf is None else
-                            tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
-                lo, hi, k = tiles.positives(r0, r1, c0, c1)
-                if hi > lo:
-                    if base2:
-                        torch.mul(logits.diagonal(k), 1.0 / LOG2E, out=diagonal[lo:hi])
-                    else:
-                        diagonal[lo:hi] = logits.diagonal(k)
-                if excluded is None:
-                    count_rows[r0:r1] += w
-                    count_cols[c0:c1] += h
-                else:
-                    logits.masked_fill_(excluded, -math.inf)
-                    count_rows[r0:r1] += w - excluded.sum(dim=1)
-                    count_cols[c0:c1] += h - excluded.sum(dim=0)
-                if direct:
-                    # (h, w), every entry in range
-                    e = logits.exp2_() if base2 else exp_into(logits, None, logits, None)
-                    tile_rows = e.sum(dim=1).log_()
-                    tile_cols = torch.mv(e.T, ones[:h]).log_() if want_cols else None
-                else:
-                    tile_rows, tile_cols = tile_logsumexps(
-                        logits, work_buf[: h * w].view(h, w), want_cols, clamp)
-                part = lse_rows[r0:r1]
-                torch.logaddexp(part, tile_rows, out=part)
-                if tile_cols is not None:
-                    part = lse_cols[c0:c1]
-                    torch.logaddexp(part, tile_cols, out=part)
+            rows_out = (lse_rows, diagonal, count_rows)
+
+            def stream(k: int, workers: int) -> tuple[Tensor, Tensor]:
+                """Row blocks ``k, k + workers, ...``: their rows into the shared outputs (no
+                two streams share a row), their columns into this stream's own."""
+                cols = (lse_cols, count_cols) if k == 0 else (torch.full_like(lse_cols, -math.inf),
+                                                               torch.zeros_like(count_cols))
+                _forward_rows(a_tile, b, tiles, (block, k, workers), rows_out, cols,
+                              (direct, base2, clamp))
+                return cols
+
+            workers = tile_workers(a.device, a.dtype, acc, tiles, -(-n_rows // block))
+            for k, (part_lse, part_count) in enumerate(run_streams(workers, stream,
+                                                                   a.device.type)):
+                if k > 0:
+                    torch.logaddexp(lse_cols, part_lse, out=lse_cols)
+                    count_cols += part_count
         ctx.save_for_backward(a, b, scale, lse_rows, lse_cols)
         ctx.plan = TilePlan(block, tiles, clamp, bound)  # type: ignore[attr-defined]
         ctx.mark_non_differentiable(count_rows, count_cols)
@@ -191,6 +189,97 @@ class _TiledLogSumExp(torch.autograd.Function):
             grads = _backward(saved, ctx.plan, ctx.needs_input_grad[:3],
                               (grad_rows, grad_cols, grad_diagonal))
         return (*grads, None, None, None)
+
+
+def _forward_rows(a_tile: Tensor, b: Tensor, tiles: TileNegatives, share: tuple[int, int, int],
+                  rows_out: tuple[Tensor, Tensor, Tensor], cols_out: tuple[Tensor, Tensor],
+                  route: tuple[bool, bool, bool]) -> None:
+    """The forward over one stream's row blocks (``share = (block, k, workers)``: blocks ``k,
+    k + workers, ...``): per tile, merge its row and column log-sum-exps into ``rows_out =
+    (lse_rows, diagonal, count_rows)`` and ``cols_out = (lse_cols, count_cols)`` (``lse_cols``
+    empty: no columns). ``route = (direct, base2, clamp)``: sum ``exp(L)`` with no maxima,
+    the product gives ``L / ln 2``, clamp ``exp`` arguments at the floor."""
+    block, k, workers = share
+    lse_rows, diagonal, count_rows = rows_out
+    lse_cols, count_cols = cols_out
+    direct, base2, clamp = route
+    want_cols = lse_cols.numel() > 0
+    work_buf = lse_rows.new_empty(block * block)
+    logits_buf = lse_rows.new_empty(block * block)
+    excluded_buf = (None if tiles.trivial else
+                    torch.empty(block * block, dtype=torch.bool, device=a_tile.device))
+    ones = lse_rows.new_ones(block)
+    row_spans = list(spans(a_tile.shape[0], block))[k::workers]
+    for r0, r1 in row_spans:
+        for c0, c1 in spans(b.shape[0], block):
+            h, w = r1 - r0, c1 - c0
+            logits = tile_product(a_tile, b, r0, r1, c0, c1, logits_buf, work_buf)
+            excluded = (None if excluded_buf is None else
+                        tiles.excluded(r0, r1, c0, c1, excluded_buf[: h * w].view(h, w)))
+            lo, hi, diag = tiles.positives(r0, r1, c0, c1)
+            if hi > lo:
+                if base2:
+                    torch.mul(logits.diagonal(diag), 1.0 / LOG2E, out=diagonal[lo:hi])
+                else:
+                    diagonal[lo:hi] = logits.diagonal(diag)
+            if excluded is None:
+                count_rows[r0:r1] += w
+                count_cols[c0:c1] += h
+            else:
+                logits.masked_fill_(excluded, -math.inf)
+                count_rows[r0:r1] += w - excluded.sum(dim=1)
+                count_cols[c0:c1] += h - excluded.sum(dim=0)
+            if direct:
+                # (h, w), every entry in range
+                e = logits.exp2_() if base2 else exp_into(logits, None, logits, None)
+                tile_rows = e.sum(dim=1).log_()
+                tile_cols = torch.mv(e.T, ones[:h]).log_() if want_cols else None
+            else:
+                tile_rows, tile_cols = tile_logsumexps(
+                    logits, work_buf[: h * w].view(h, w), want_cols, clamp)
+            part = lse_rows[r0:r1]
+            torch.logaddexp(part, tile_rows, out=part)
+            if tile_cols is not None:
+                part = lse_cols[c0:c1]
+                torch.logaddexp(part, tile_cols, out=part)
+
+
+def tile_workers(device: torch.device, dtype: torch.dtype, acc: torch.dtype,
+                 tiles: TileNegatives, row_blocks: int) -> int:
+    """How many streams of row blocks the kernel runs side by side: :data:`TILE_WORKERS` when
+    set; else torch's intra-op thread count for float32 / float64 tiles on the CPU with no
+    :class:`~crl.losses.TileMask` (user code, which need not be thread-safe); 1 otherwise; never
+    more than ``row_blocks``."""
+    if TILE_WORKERS is not None:
+        wanted = TILE_WORKERS
+    elif device.type != "cpu" or dtype != acc or tiles.tile_mask is not None:
+        wanted = 1
+    else:
+        wanted = torch.get_num_threads()
+    return max(1, min(wanted, row_blocks))
+
+
+def run_streams(workers: int, stream: Callable[[int, int], _T], device_type: str) -> list[_T]:
+    """``[stream(k, workers) for k in range(workers)]``, side by side: stream 0 on this
+    thread, the others on threads of their own, each with one intra-op thread (torch's thread
+    count is set to 1 for the duration and restored; streams own their buffers, so none waits
+    on another's). Gradients are off and autocast is off in every stream, as in the caller."""
+
+    def guarded(k: int) -> _T:
+        with torch.no_grad(), torch.autocast(device_type, enabled=False):
+            return stream(k, workers)
+
+    if workers == 1:
+        return [guarded(0)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=workers - 1) as pool:
+            others = [pool.submit(guarded, k) for k in range(1, workers)]
+            first = guarded(0)
+            return [first, *(future.result() for future in others)]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...],
@@ -225,9 +314,22 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
                                                         a.shape[1])
         tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols),
                                      factored, DIRECT_BACKWARD)
-        for r0, r1, c0, c1 in tile_spans(a.shape[0], b.shape[0], plan.block):
-            _tile_step(tile_gradient, (r0, r1, c0, c1), acc_a if need_a or need_scale else None,
-                       acc_b if need_b else None, a_s, b)
+        row_spans = list(spans(a.shape[0], plan.block))
+
+        def stream(k: int, workers: int) -> Tensor:
+            """Row blocks ``k, k + workers, ...`` into ``acc_a`` (rows no other stream has)
+            and this stream's own ``acc_b``."""
+            own = tile_gradient if k == 0 else tile_gradient.with_own_buffers()
+            part_b = acc_b if k == 0 else torch.zeros_like(acc_b)
+            for r0, r1 in row_spans[k::workers]:
+                for c0, c1 in spans(b.shape[0], plan.block):
+                    _tile_step(own, (r0, r1, c0, c1), acc_a if need_a or need_scale else None,
+                               part_b if need_b else None, a_s, b)
+            return part_b
+
+        workers = tile_workers(a.device, a.dtype, acc, plan.tiles, len(row_spans))
+        for part_b in run_streams(workers, stream, a.device.type)[1:]:
+            acc_b += part_b
     if grad_diagonal is not None:
         own = slice(plan.tiles.offset, plan.tiles.offset + a.shape[0])  # the rows' positives
         acc_a.addcmul_(grad_diagonal.unsqueeze(1), b[own].to(acc))
