@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--product-side", type=int, default=4096,
+                        help="side n of the (n, n) @ (n, n) reference product")
     parser.add_argument("--out", type=Path, default=Path("runs") / "bench" / "loss_ceiling.json")
     args = parser.parse_args()
     n, dim, block = args.batch_size, args.dim, args.block_size
@@ -120,13 +122,13 @@ def main() -> None:
     load_before = os.getloadavg()
     rounds: list[dict[str, Any]] = []
     for k in range(args.rounds):
-        product = matmul_gflops(4096, 3)
+        product = matmul_gflops(args.product_side, 3)
         loss = loss_seconds(a, b, scale, block)
         products = products_only(a_s, b0, block)
-        product_after = matmul_gflops(4096, 3)
+        product_after = matmul_gflops(args.product_side, 3)
         reference = max(product, product_after)
         row = {"product_gflops": [round(product, 1), round(product_after, 1)],
-               "loss_seconds": round(loss, 3), "products_seconds": round(products, 3),
+               "loss_seconds": round(loss, 6), "products_seconds": round(products, 6),
                "loss_gflops": round(flops / loss / 1e9, 1),
                "products_gflops": round(flops / products / 1e9, 1),
                "loss_share_of_product": round(flops / loss / 1e9 / reference, 4),
@@ -146,6 +148,7 @@ def main() -> None:
     result = {
         "benchmark": "float32 tiled CLIP loss against the ceiling of its own products",
         "config": {"batch_size": n, "dim": dim, "block_size": block, "rounds": args.rounds,
+                   "product_side": args.product_side,
                    "streams": workers, "flops_per_forward_backward": "8 * B^2 * D"},
         "environment": environment_info(),
         "loadavg_before": [round(x, 2) for x in load_before],
