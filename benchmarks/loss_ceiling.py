@@ -26,7 +26,6 @@ minute per round at B = 16,384 on two cores):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -45,8 +44,15 @@ from crl.losses._tile_math import spans
 from crl.losses._tile_negatives import TileNegatives
 from crl.losses._tiled_kernel import run_streams, tile_workers
 from crl.losses.tiled import DEFAULT_BLOCK_SIZE
+from crl.rundir.files import write_json
 
 _IN_BATCH = TileNegatives(None, None, None, None, include_positive=True)  # in-batch: no mask
+
+
+def stream_count(n: int, block: int) -> int:
+    """How many streams the kernel runs for float32 in-batch tiles of ``block`` over ``n``."""
+    return tile_workers(torch.device("cpu"), torch.float32, torch.float32, _IN_BATCH,
+                        -(-n // block))
 
 
 def products_only(a: Tensor, b: Tensor, block: int) -> float:
@@ -54,8 +60,7 @@ def products_only(a: Tensor, b: Tensor, block: int) -> float:
     its tiles and streams, with nothing else (the products' outputs are overwritten or summed
     exactly as the kernel's are)."""
     n, dim = a.shape
-    workers = tile_workers(a.device, a.dtype, a.dtype, _IN_BATCH,
-                           -(-n // block))
+    workers = stream_count(n, block)
     row_spans = list(spans(n, block))
 
     def stream(k: int, count: int) -> None:
@@ -141,8 +146,7 @@ def main() -> None:
               f"({row['products_share_of_product']:.0%}), loss at "
               f"{row['loss_share_of_products']:.0%} of its products' rate", file=sys.stderr)
     exp2 = exp2_ns_per_element(block)
-    workers = tile_workers(a.device, a.dtype, a.dtype, _IN_BATCH,
-                           -(-n // block))
+    workers = stream_count(n, block)
     loss_median = statistics.median(r["loss_seconds"] for r in rounds)
     exp2_seconds = 2 * n * n * exp2 * 1e-9 / workers  # two exp2 passes per tile, per stream
     result = {
@@ -160,10 +164,7 @@ def main() -> None:
         "exp2_ns_per_element_one_thread": round(exp2, 3),
         "exp2_share_of_loss": round(exp2_seconds / loss_median, 4),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, result)
     print(f"wrote {args.out}", file=sys.stderr)
 
 

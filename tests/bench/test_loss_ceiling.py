@@ -18,7 +18,7 @@ def test_loss_ceiling_records_consistent_shares(tmp_path: Path) -> None:
                     "--block-size", "128", "--rounds", "2", "--product-side", "256",
                     "--out", str(out)], check=True, capture_output=True, text=True, timeout=300)
     result = json.loads(out.read_text())
-    assert not out.with_suffix(".tmp").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ceiling.json"]  # nothing half-written
     assert result["config"]["block_size"] == 128 and len(result["rounds"]) == 2
     flops = 8.0 * 300**2 * 16
     for row in result["rounds"]:
