@@ -94,6 +94,8 @@ def test_crl_bench_loss_bf16_quick_reports_ratios_and_accuracy(tmp_path: Path) -
     (row,) = data["rows"]
     low, high = row["bfloat16"], row["float32"]
     assert low["grad_dtype"] == "bfloat16" and high["grad_dtype"] == "float32"
+    # the bf16 backward's route is recorded (float32 has one route)
+    assert low["backward_route"] in {"factored", "formed"} and "backward_route" not in high
     assert row["time_ratio_bf16_vs_float32"] == pytest.approx(low["seconds"] / high["seconds"],
                                                               rel=1e-3)
     # bf16 products on the same embeddings: close to float64, float32 closer still

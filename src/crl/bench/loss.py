@@ -259,6 +259,8 @@ def _row(suite: LossSuite, batch: int, dim: int, results: list[dict[str, Any]],
             entry["fraction_of_same_process_matmul"] = round(
                 flops / res["seconds"] / 1e9 / max(own), 4)
         entry.update({key: res[key] for key in _REFERENCE if key in res})
+        if "backward_route" in res:  # narrow tiles: the route the kernel's probe chose
+            entry["backward_route"] = res["backward_route"]
         row[res["key"]] = entry
     for (size, key), reason in skipped.items():
         if size == batch:

@@ -91,6 +91,9 @@ from crl.losses._tile_negatives import TileNegatives
 FACTORED_BACKWARD: bool | None = None
 #: Smaller tiles take the factored route without a probe.
 PROBE_MIN_BLOCK = 256
+#: Timed calls of each route in the probe (:func:`_probe`); at ``block = 1024``, ``D = 256``
+#: each call takes a few milliseconds.
+PROBE_REPEATS = 7
 #: Whether float32 / float64 backwards take direct tiles where they are exact
 #: (:func:`~crl.losses._tile_math.direct_tiles`; ``G = exp(L) (c_i + t_j)``, three passes over
 #: each tile instead of five). Read at each backward; False forces the shifted routines
@@ -378,8 +381,10 @@ def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim:
 @functools.cache
 @torch.no_grad()
 def _probe(dtype: torch.dtype, block: int, dim: int) -> bool:
-    """True when one tile's backward step is faster factored (best of 3 timed calls each,
-    after one untimed; the tile's own log-sum-exps and gradients of 1)."""
+    """True when one tile's backward step is faster factored: the fastest of
+    :data:`PROBE_REPEATS` timed calls of each route, taken in turns after one untimed call of
+    each (so a burst of load on a shared machine slows both routes' calls, not one route's);
+    the tile's own log-sum-exps and gradients of 1."""
     gen = torch.Generator().manual_seed(0)
     a = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
     b = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
@@ -393,15 +398,15 @@ def _probe(dtype: torch.dtype, block: int, dim: int) -> bool:
                                          offset=0), needs_floor(bound, block, block,
                                                                 torch.float32), bound)
     acc_a, acc_b = torch.zeros(block, dim), torch.zeros(block, dim)
-    best = {}
-    for factored in (True, False):
-        tile_gradient = TileGradient(a_s, b, lse, plan, (ones, ones), factored)
-        times = []
-        for _ in range(4):
+    routes = {factored: TileGradient(a_s, b, lse, plan, (ones, ones), factored)
+              for factored in (True, False)}
+    best = {factored: math.inf for factored in routes}
+    for turn in range(PROBE_REPEATS + 1):
+        for factored, tile_gradient in routes.items():
             start = time.perf_counter()
             _tile_step(tile_gradient, (0, block, 0, block), acc_a, acc_b, a_s, b)
-            times.append(time.perf_counter() - start)
-        best[factored] = min(times[1:])
+            if turn:  # the first call of each route is untimed
+                best[factored] = min(best[factored], time.perf_counter() - start)
     return best[True] <= best[False]
 
 
