@@ -51,7 +51,7 @@ _IN_BATCH = TileNegatives(None, None, None, None, include_positive=True)  # in-b
 
 def stream_count(n: int, block: int) -> int:
     """How many streams the kernel runs for float32 in-batch tiles of ``block`` over ``n``."""
-    return tile_workers(torch.device("cpu"), torch.float32, torch.float32, _IN_BATCH,
+    return tile_workers(torch.device("cpu"), _IN_BATCH,
                         -(-n // block))
 
 

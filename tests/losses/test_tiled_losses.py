@@ -428,21 +428,21 @@ def test_side_by_side_streams_equal_one_stream_and_float64(
 
 
 def test_stream_count_and_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default: one stream per intra-op thread for wide CPU tiles with no TileMask, one
-    otherwise, never more than the row blocks; an error in any stream reaches the caller with
-    torch's thread count restored."""
-    cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    """The default: one stream per intra-op thread for CPU tiles of any dtype with no
+    TileMask, one otherwise, never more than the row blocks, each stream on one thread; an
+    error in any stream reaches the caller with torch's thread count restored."""
+    cpu = torch.device("cpu")
     plain = TileNegatives(None, None, None, None, include_positive=True, offset=0)
     masked = TileNegatives(None, HashMask(), torch.arange(4), torch.arange(4),
                            include_positive=True, offset=0)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
-    assert kernel_module.tile_workers(cpu, f32, f32, plain, 16) == 4
-    assert kernel_module.tile_workers(cpu, f32, f32, plain, 3) == 3
-    assert kernel_module.tile_workers(cpu, bf16, f32, plain, 16) == 1
-    assert kernel_module.tile_workers(torch.device("meta"), f32, f32, plain, 16) == 1
-    assert kernel_module.tile_workers(cpu, f32, f32, masked, 16) == 1
+    assert kernel_module.tile_workers(cpu, plain, 16) == 4
+    assert kernel_module.tile_workers(cpu, plain, 3) == 3
+    assert kernel_module.tile_workers(torch.device("meta"), plain, 16) == 1
+    assert kernel_module.tile_workers(cpu, masked, 16) == 1
+    assert kernel_module.stream_threads(4) == 1 and kernel_module.stream_threads(1) == 4
     monkeypatch.setattr(kernel_module, "TILE_WORKERS", 2)
-    assert kernel_module.tile_workers(cpu, bf16, f32, masked, 16) == 2
+    assert kernel_module.tile_workers(cpu, masked, 16) == 2
     monkeypatch.undo()
     threads = torch.get_num_threads()
 
@@ -475,6 +475,33 @@ def test_the_backward_route_is_probed_once_and_can_be_pinned(
     assert kernel_module.factored_backward(cpu, torch.bfloat16, 48, 24) is chosen
     after = kernel_module._probe.cache_info()
     assert after.hits >= before.hits + 1 and after.currsize >= 1
+    # a stream's probe runs on one thread, cached apart, and leaves torch's count as it was
+    threads = torch.get_num_threads()
+    assert isinstance(kernel_module.factored_backward(cpu, torch.bfloat16, 48, 24, threads=1),
+                      bool)
+    assert torch.get_num_threads() == threads
+    assert kernel_module._probe.cache_info().currsize >= after.currsize + (threads > 1)
+
+
+@pytest.mark.parametrize("factored", [True, False])
+def test_bf16_streams_equal_one_stream(factored: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 tiles split over two streams (the CPU default) give one stream's loss and
+    gradients to bf16 rounding on either backward route, both close to float64's."""
+    a64, b64 = _pair(70, 16, torch.float64, seed=4)
+    scale64 = torch.tensor(12.0, dtype=torch.float64, requires_grad=True)
+    want = _losses_and_grads(lambda x, y, s: clip_loss(x, y, s, block_size="plain"),
+                             a64, b64, scale64)
+    monkeypatch.setattr(kernel_module, "FACTORED_BACKWARD", factored)
+    got = {}
+    for count in (1, 2):
+        monkeypatch.setattr(kernel_module, "TILE_WORKERS", count)
+        a, b = (x.detach().bfloat16().requires_grad_(True) for x in (a64, b64))
+        scale = torch.tensor(12.0, requires_grad=True)
+        got[count] = _losses_and_grads(lambda x, y, s: clip_loss(x, y, s, block_size=16),
+                                       a, b, scale)
+    for two, one, exact in zip(got[2], got[1], want, strict=True):
+        _assert_same(two.double(), one.double(), 1e-2)
+        _assert_same(two.double(), exact, 3e-2)
 
 
 def test_bf16_under_autocast_keeps_float32_reductions() -> None:

@@ -92,21 +92,27 @@ def _run_loss(task: dict[str, Any]) -> dict[str, Any]:
            "loadavg_1min_start_end": [round(load, 2), round(os.getloadavg()[0], 2)
                                       if hasattr(os, "getloadavg") else None]}
     if task["impl"] == "tiled" and dtype in (torch.bfloat16, torch.float16):
-        out["backward_route"] = _backward_route(dtype, task.get("block_size"), task["dim"])
+        out["backward_route"] = _backward_route(dtype, task.get("block_size"), task["batch"],
+                                               task["dim"])
     if task.get("reference"):
         out.update(_against_float64(fn, a0, b0, (a.grad, b.grad, scale.grad), values[-1],
                                     float(scale.detach())))
     return out
 
 
-def _backward_route(dtype: torch.dtype, block_size: int | None, dim: int) -> str:
-    """Which backward this process's narrow-dtype tiles took (the kernel's probe, cached, so
-    the one the timed calls used): ``"factored"`` or ``"formed"``."""
+def _backward_route(dtype: torch.dtype, block_size: int | None, batch: int, dim: int) -> str:
+    """Which backward this process's narrow-dtype in-batch tiles took (the kernel's probe,
+    cached, so the one the timed calls used): ``"factored"`` or ``"formed"``."""
     import crl.losses.tiled as tiled
-    from crl.losses._tiled_kernel import factored_backward
+    from crl.losses._tile_negatives import TileNegatives
+    from crl.losses._tiled_kernel import factored_backward, stream_threads, tile_workers
 
     block = block_size or tiled.DEFAULT_BLOCK_SIZE
-    return "factored" if factored_backward(torch.device("cpu"), dtype, block, dim) else "formed"
+    cpu = torch.device("cpu")
+    in_batch = TileNegatives(None, None, None, None, include_positive=True)
+    workers = tile_workers(cpu, in_batch, -(-batch // block))
+    factored = factored_backward(cpu, dtype, block, dim, threads=stream_threads(workers))
+    return "factored" if factored else "formed"
 
 
 def _against_float64(fn: Callable[[Tensor, Tensor, Tensor], Tensor], a0: Tensor, b0: Tensor,

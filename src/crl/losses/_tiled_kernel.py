@@ -32,12 +32,13 @@ products as ``P_row @ [b, t * b]`` and ``P_row.T @ [g_row * a_s, u * a_s]``
 (:func:`_add_factored`): more matrix-unit work, two passes over each tile fewer; which route is
 faster depends on the machine (:func:`factored_backward` times both once).
 
-Threads: for float32 / float64 CPU tiles with no TileMask the row blocks are dealt to side by
+Threads: for CPU tiles with no TileMask (any dtype) the row blocks are dealt to side by
 side streams, one per intra-op thread (:func:`tile_workers`, :func:`run_streams`), each with one
 thread and its own buffers: rows belong to one stream, the columns' log-sum-exps, counts and
 ``grad_b`` are per stream and merged at the end (in stream order, so the result does not depend
 on scheduling). Each core then works on its own tile in its own cache instead of both splitting
-every product and pass.
+every product and pass (for bfloat16 at B = 16,384 it also removed the processes whose one
+stream ran 30-60% slower, benchmarks/README.md).
 
 Precision: tile products run in the inputs' dtype. For bfloat16 / float16 inputs the forward's
 product tile is widened to float32 before its maxima and ``exp``; log-sum-exps, counts and the
@@ -100,10 +101,10 @@ PROBE_REPEATS = 7
 #: (tests compare both).
 DIRECT_BACKWARD = True
 #: Streams of row blocks run side by side (:func:`tile_workers`): None (the default: one per
-#: intra-op thread for float32 / float64 CPU tiles with no TileMask, each stream on one
-#: thread with its own buffers; measured about 10% faster than one stream whose products and
-#: passes are split across 2 threads, benchmarks/README.md) or a count (1: one stream). Read
-#: at each forward and backward.
+#: intra-op thread for CPU tiles with no TileMask, each stream on one thread with its own
+#: buffers; measured about 10% faster in float32 than one stream whose products and passes
+#: are split across 2 threads, and steadier in bfloat16, benchmarks/README.md) or a count
+#: (1: one stream). Read at each forward and backward.
 TILE_WORKERS: int | None = None
 
 _T = TypeVar("_T")
@@ -171,7 +172,7 @@ class _TiledLogSumExp(torch.autograd.Function):
                               (direct, base2, clamp))
                 return cols
 
-            workers = tile_workers(a.device, a.dtype, acc, tiles, -(-n_rows // block))
+            workers = tile_workers(a.device, tiles, -(-n_rows // block))
             for k, (part_lse, part_count) in enumerate(run_streams(workers, stream,
                                                                    a.device.type)):
                 if k > 0:
@@ -247,19 +248,24 @@ def _forward_rows(a_tile: Tensor, b: Tensor, tiles: TileNegatives, share: tuple[
                 torch.logaddexp(part, tile_cols, out=part)
 
 
-def tile_workers(device: torch.device, dtype: torch.dtype, acc: torch.dtype,
-                 tiles: TileNegatives, row_blocks: int) -> int:
+def tile_workers(device: torch.device, tiles: TileNegatives, row_blocks: int) -> int:
     """How many streams of row blocks the kernel runs side by side: :data:`TILE_WORKERS` when
-    set; else torch's intra-op thread count for float32 / float64 tiles on the CPU with no
+    set; else torch's intra-op thread count for tiles on the CPU with no
     :class:`~crl.losses.TileMask` (user code, which need not be thread-safe); 1 otherwise; never
     more than ``row_blocks``."""
     if TILE_WORKERS is not None:
         wanted = TILE_WORKERS
-    elif device.type != "cpu" or dtype != acc or tiles.tile_mask is not None:
+    elif device.type != "cpu" or tiles.tile_mask is not None:
         wanted = 1
     else:
         wanted = torch.get_num_threads()
     return max(1, min(wanted, row_blocks))
+
+
+def stream_threads(workers: int) -> int:
+    """The intra-op threads each of ``workers`` streams runs on (:func:`run_streams`): one
+    with several streams, torch's count with one."""
+    return 1 if workers > 1 else torch.get_num_threads()
 
 
 def run_streams(workers: int, stream: Callable[[int, int], _T], device_type: str) -> list[_T]:
@@ -313,11 +319,13 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
     acc_a = torch.zeros(a.shape, dtype=acc, device=a.device)  # sum_j G_ij b_j
     acc_b = torch.zeros(b.shape, dtype=acc, device=a.device)  # sum_i G_ij scale_i a_i
     if grad_rows is not None or grad_cols is not None:
-        factored = a.dtype != acc and factored_backward(a.device, a.dtype, plan.block,
-                                                        a.shape[1])
+        row_spans = list(spans(a.shape[0], plan.block))
+        workers = tile_workers(a.device, plan.tiles, len(row_spans))
+        factored = a.dtype != acc and factored_backward(
+            a.device, a.dtype, plan.block, a.shape[1],
+            threads=stream_threads(workers))
         tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols),
                                      factored, DIRECT_BACKWARD)
-        row_spans = list(spans(a.shape[0], plan.block))
 
         def stream(k: int, workers: int) -> Tensor:
             """Row blocks ``k, k + workers, ...`` into ``acc_a`` (rows no other stream has)
@@ -330,7 +338,6 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
                                part_b if need_b else None, a_s, b)
             return part_b
 
-        workers = tile_workers(a.device, a.dtype, acc, plan.tiles, len(row_spans))
         for part_b in run_streams(workers, stream, a.device.type)[1:]:
             acc_b += part_b
     if grad_diagonal is not None:
@@ -362,11 +369,13 @@ def _tile_step(tile_gradient: TileGradient, span: tuple[int, int, int, int],
         _add_product(acc_b[c0:c1], g.T, a_s[r0:r1])
 
 
-def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim: int) -> bool:
+def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim: int, *,
+                      threads: int | None = None) -> bool:
     """Whether the narrow-dtype backward takes factored tiles: :data:`FACTORED_BACKWARD` when
     set, True for tiles smaller than :data:`PROBE_MIN_BLOCK` or off the CPU, else the faster
-    route on one ``block x block`` tile of unit vectors at ``tau = 0.07`` (:func:`_probe`, timed
-    once per process for each dtype, tile side and width ``dim``).
+    route on one ``block x block`` tile of unit vectors at ``tau = 0.07`` on ``threads`` intra-op
+    threads (None: torch's current count; a stream of :func:`run_streams` has one), timed by
+    :func:`_probe` once per process for each dtype, tile side, width ``dim`` and thread count.
 
     The factored route does twice the gradient products' matrix work to save passes over the
     tile; measured at B = 16,384, D = 256 in bfloat16 it was the faster where the bf16 product
@@ -375,16 +384,27 @@ def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim:
         return FACTORED_BACKWARD
     if block < PROBE_MIN_BLOCK or device.type != "cpu":
         return True
-    return _probe(dtype, block, dim)
+    return _probe(dtype, block, dim, torch.get_num_threads() if threads is None else threads)
 
 
 @functools.cache
 @torch.no_grad()
-def _probe(dtype: torch.dtype, block: int, dim: int) -> bool:
-    """True when one tile's backward step is faster factored: the fastest of
-    :data:`PROBE_REPEATS` timed calls of each route, taken in turns after one untimed call of
-    each (so a burst of load on a shared machine slows both routes' calls, not one route's);
-    the tile's own log-sum-exps and gradients of 1."""
+def _probe(dtype: torch.dtype, block: int, dim: int, threads: int) -> bool:
+    """True when one tile's backward step on ``threads`` intra-op threads is faster factored:
+    the fastest of :data:`PROBE_REPEATS` timed calls of each route, taken in turns after one
+    untimed call of each (so a burst of load on a shared machine slows both routes' calls, not
+    one route's); the tile's own log-sum-exps and gradients of 1. torch's thread count is
+    restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _time_routes(dtype, block, dim)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _time_routes(dtype: torch.dtype, block: int, dim: int) -> bool:
+    """:func:`_probe`'s timing on the current thread count."""
     gen = torch.Generator().manual_seed(0)
     a = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
     b = torch.nn.functional.normalize(torch.randn(block, dim, generator=gen), dim=1)
