@@ -30,6 +30,7 @@ from test_robustness_checkpoint_code import _CreatesFile, _hostile_checkpoint
 from typer.testing import CliRunner
 
 from crl.cli import app
+from crl.errors import CrlError
 from crl.rundir import LOCK_FILE, lock_directory, read_jsonl
 from crl.train import config_hash, fit, load_config, validate_config
 
@@ -336,6 +337,37 @@ def test_two_crl_train_into_one_out_at_once(tmp_path: Path) -> None:
     steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "train/loss" in r]
     assert steps == sorted(set(steps)) and steps[-1] == 300
     assert not (run / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("written_after", [0.05, None])
+def test_a_lock_taken_a_moment_ago_names_its_holder(
+        written_after: float | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder writes its pid just after taking the lock: a refusal in between waits for the
+    pid (so the message names it) and, if none ever comes, calls the holder unknown."""
+    import fcntl
+    import threading
+
+    import crl.rundir.lock as lock_module
+
+    monkeypatch.setattr(lock_module, "_HOLDER_WAIT", 0.5)
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held, still empty
+    timer = None
+    if written_after is not None:
+        timer = threading.Timer(written_after, lambda: os.pwrite(fd, b"424242\n", 0))
+        timer.start()
+    try:
+        with pytest.raises(CrlError, match=r"another crl process \(pid (\S+)\)") as caught:
+            with lock_directory(run, blocking=False):
+                pass
+    finally:
+        if timer is not None:
+            timer.join()
+        os.close(fd)
+    want = "424242" if written_after is not None else "unknown"
+    assert f"(pid {want})" in str(caught.value)
 
 
 def test_a_study_into_a_locked_study_directory_fails_at_once(study: Path, tmp_path: Path) -> None:

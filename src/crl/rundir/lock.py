@@ -6,6 +6,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,7 +104,7 @@ def _acquire(folder: Path, *, blocking: bool) -> tuple[list[Path], int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            holder = _holder(fd)
             os.close(fd)
             raise _lock_error(folder, exc, holder) from None
         try:
@@ -116,6 +117,22 @@ def _acquire(folder: Path, *, blocking: bool) -> tuple[list[Path], int]:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode("ascii"))
     return made, fd
+
+
+def _holder(fd: int) -> str:
+    """The pid in a lock file another process holds. The holder writes it just after taking
+    the lock, so an empty file is read again for up to :data:`_HOLDER_WAIT` seconds before the
+    holder is called unknown."""
+    deadline = time.monotonic() + _HOLDER_WAIT
+    while True:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if holder or time.monotonic() >= deadline:
+            return holder or "unknown"
+        time.sleep(0.005)
+
+
+#: How long :func:`_holder` waits for the holder's pid to appear in its lock file.
+_HOLDER_WAIT = 1.0
 
 
 def _lock_error(folder: Path, exc: OSError, holder: str) -> BaseException:
