@@ -105,13 +105,13 @@ def _backward_route(dtype: torch.dtype, block_size: int | None, batch: int, dim:
     cached, so the one the timed calls used): ``"factored"`` or ``"formed"``."""
     import crl.losses.tiled as tiled
     from crl.losses._tile_negatives import TileNegatives
-    from crl.losses._tiled_kernel import factored_backward, stream_threads, tile_workers
+    from crl.losses._tiled_kernel import factored_backward, tile_workers
 
     block = block_size or tiled.DEFAULT_BLOCK_SIZE
     cpu = torch.device("cpu")
     in_batch = TileNegatives(None, None, None, None, include_positive=True)
     workers = tile_workers(cpu, in_batch, -(-batch // block))
-    factored = factored_backward(cpu, dtype, block, dim, threads=stream_threads(workers))
+    factored = factored_backward(cpu, dtype, block, dim, workers=workers)
     return "factored" if factored else "formed"
 
 

@@ -51,11 +51,12 @@ PLAIN_BYTES_PER_ENTRY = {"open_clip": 4 * 4, "plain": 6 * 4}
 MEMORY_MARGIN = 3 * GIB
 #: Timed runs of each reference product: the separate processes' and each loss process's own.
 MATMUL_REPEATS = 5
-#: Keys of a worker's loss result kept in a row's entry, and those of its float64 reference.
+#: Keys of a worker's loss result kept in a row's entry, and those kept where present (its
+#: float64 reference; the backward route of narrow-dtype tiles).
 _MEASURED = ("seconds", "times", "cpu_seconds", "loss", "grad_norm", "grad_dtype", "scale_grad",
              "loadavg_1min_start_end", "matmul_gflops_same_process")
-_REFERENCE = ("float64_loss", "loss_rel_diff_vs_float64", "grad_cosine_vs_float64",
-              "scale_grad_rel_diff_vs_float64")
+_OPTIONAL = ("float64_loss", "loss_rel_diff_vs_float64", "grad_cosine_vs_float64",
+             "scale_grad_rel_diff_vs_float64", "backward_route")
 
 
 class Entry(NamedTuple):
@@ -258,9 +259,7 @@ def _row(suite: LossSuite, batch: int, dim: int, results: list[dict[str, Any]],
         if own:  # the faster of the products measured just before and after, in its process
             entry["fraction_of_same_process_matmul"] = round(
                 flops / res["seconds"] / 1e9 / max(own), 4)
-        entry.update({key: res[key] for key in _REFERENCE if key in res})
-        if "backward_route" in res:  # narrow tiles: the route the kernel's probe chose
-            entry["backward_route"] = res["backward_route"]
+        entry.update({key: res[key] for key in _OPTIONAL if key in res})
         row[res["key"]] = entry
     for (size, key), reason in skipped.items():
         if size == batch:

@@ -262,12 +262,6 @@ def tile_workers(device: torch.device, tiles: TileNegatives, row_blocks: int) ->
     return max(1, min(wanted, row_blocks))
 
 
-def stream_threads(workers: int) -> int:
-    """The intra-op threads each of ``workers`` streams runs on (:func:`run_streams`): one
-    with several streams, torch's count with one."""
-    return 1 if workers > 1 else torch.get_num_threads()
-
-
 def run_streams(workers: int, stream: Callable[[int, int], _T], device_type: str) -> list[_T]:
     """``[stream(k, workers) for k in range(workers)]``, side by side: stream 0 on this
     thread, the others on threads of their own, each with one intra-op thread (torch's thread
@@ -321,9 +315,8 @@ def _backward(saved: tuple[Tensor, ...], plan: TilePlan, needs: tuple[bool, ...]
     if grad_rows is not None or grad_cols is not None:
         row_spans = list(spans(a.shape[0], plan.block))
         workers = tile_workers(a.device, plan.tiles, len(row_spans))
-        factored = a.dtype != acc and factored_backward(
-            a.device, a.dtype, plan.block, a.shape[1],
-            threads=stream_threads(workers))
+        factored = a.dtype != acc and factored_backward(a.device, a.dtype, plan.block,
+                                                        a.shape[1], workers=workers)
         tile_gradient = TileGradient(a_s, b, (lse_rows, lse_cols), plan, (grad_rows, grad_cols),
                                      factored, DIRECT_BACKWARD)
 
@@ -370,12 +363,13 @@ def _tile_step(tile_gradient: TileGradient, span: tuple[int, int, int, int],
 
 
 def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim: int, *,
-                      threads: int | None = None) -> bool:
+                      workers: int = 1) -> bool:
     """Whether the narrow-dtype backward takes factored tiles: :data:`FACTORED_BACKWARD` when
     set, True for tiles smaller than :data:`PROBE_MIN_BLOCK` or off the CPU, else the faster
-    route on one ``block x block`` tile of unit vectors at ``tau = 0.07`` on ``threads`` intra-op
-    threads (None: torch's current count; a stream of :func:`run_streams` has one), timed by
-    :func:`_probe` once per process for each dtype, tile side, width ``dim`` and thread count.
+    route on one ``block x block`` tile of unit vectors at ``tau = 0.07`` on the intra-op
+    threads a backward of ``workers`` streams gives each stream (:func:`run_streams`: one with
+    several streams, torch's count with one), timed by :func:`_probe` once per process for each
+    dtype, tile side, width ``dim`` and thread count.
 
     The factored route does twice the gradient products' matrix work to save passes over the
     tile; measured at B = 16,384, D = 256 in bfloat16 it was the faster where the bf16 product
@@ -384,7 +378,7 @@ def factored_backward(device: torch.device, dtype: torch.dtype, block: int, dim:
         return FACTORED_BACKWARD
     if block < PROBE_MIN_BLOCK or device.type != "cpu":
         return True
-    return _probe(dtype, block, dim, torch.get_num_threads() if threads is None else threads)
+    return _probe(dtype, block, dim, 1 if workers > 1 else torch.get_num_threads())
 
 
 @functools.cache

@@ -17,6 +17,8 @@ from crl.rundir.output import OutputDir
 
 #: The write lock of a run or study directory; it holds the holder's pid.
 LOCK_FILE = ".lock"
+#: How long a refusal waits for the holder's pid to appear in its lock file (:func:`_holder`).
+_HOLDER_WAIT = 1.0
 
 # The directories this process holds the lock of: (resolved path, pid, thread) -> lock file.
 _HELD: dict[tuple[str, int, int], int] = {}
@@ -129,10 +131,6 @@ def _holder(fd: int) -> str:
         if holder or time.monotonic() >= deadline:
             return holder or "unknown"
         time.sleep(0.005)
-
-
-#: How long :func:`_holder` waits for the holder's pid to appear in its lock file.
-_HOLDER_WAIT = 1.0
 
 
 def _lock_error(folder: Path, exc: OSError, holder: str) -> BaseException:
