@@ -26,13 +26,15 @@ def test_loss_ceiling_records_consistent_shares(tmp_path: Path) -> None:
         assert reference > 0
         for key in ("loss_seconds", "products_seconds"):
             assert row[key] > 0
-        # each share from the times recorded beside it (shares rounded to 4 decimals there)
+        # each share from the times recorded beside it: the reference it implies is the
+        # recorded one, to the rounding of both (shares to 4 decimals, GFLOP/s to 0.1, which
+        # at this small size is a few percent of the rate)
         loss_rate = flops / row["loss_seconds"] / 1e9
         products_rate = flops / row["products_seconds"] / 1e9
-        assert math.isclose(row["loss_share_of_product"], loss_rate / reference, rel_tol=1e-3,
-                            abs_tol=1e-4)
-        assert math.isclose(row["products_share_of_product"], products_rate / reference,
-                            rel_tol=1e-3, abs_tol=1e-4)
+        for rate, share in ((loss_rate, row["loss_share_of_product"]),
+                            (products_rate, row["products_share_of_product"])):
+            assert share > 0
+            assert math.isclose(rate / share, reference, rel_tol=1e-3, abs_tol=0.05)
         assert math.isclose(row["loss_share_of_products"],
                             row["products_seconds"] / row["loss_seconds"], rel_tol=1e-3,
                             abs_tol=1e-4)
