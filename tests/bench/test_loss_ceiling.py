@@ -26,15 +26,16 @@ def test_loss_ceiling_records_consistent_shares(tmp_path: Path) -> None:
         assert reference > 0
         for key in ("loss_seconds", "products_seconds"):
             assert row[key] > 0
-        # each share from the times recorded beside it: the reference it implies is the
-        # recorded one, to the rounding of both (shares to 4 decimals, GFLOP/s to 0.1, which
-        # at this small size is a few percent of the rate)
+        # each share from the times recorded beside it, to the rounding the script records:
+        # shares to 4 decimals, GFLOP/s to 0.1 (a few percent of the rate at this tiny size),
+        # seconds to 6 decimals (a slack of 1e-3 relative)
         loss_rate = flops / row["loss_seconds"] / 1e9
         products_rate = flops / row["products_seconds"] / 1e9
         for rate, share in ((loss_rate, row["loss_share_of_product"]),
                             (products_rate, row["products_share_of_product"])):
-            assert share > 0
-            assert math.isclose(rate / share, reference, rel_tol=1e-3, abs_tol=0.05)
+            low = rate / (reference + 0.05) * (1 - 1e-3) - 5e-5
+            high = rate / max(reference - 0.05, 1e-9) * (1 + 1e-3) + 5e-5
+            assert 0 < share and low <= share <= high, (share, low, high)
         assert math.isclose(row["loss_share_of_products"],
                             row["products_seconds"] / row["loss_seconds"], rel_tol=1e-3,
                             abs_tol=1e-4)
